@@ -1,12 +1,14 @@
 # Strata: one Makefile. `make` builds build/strata (CPU backend always);
 # `make test` builds and runs every test; `make CC=clang` works the same.
 
-CC      ?= gcc
+ifeq ($(origin CC),default)
+CC      := gcc
+endif
 ARCH    ?= native
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -march=$(ARCH) -D_GNU_SOURCE -MMD -MP -Isrc
-LDLIBS  += -lm -lpthread -lpcre2-8
+LDLIBS  += -lm -lpthread -lpcre2-8 -lutf8proc
 
 BUILD   := build
 LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
@@ -15,7 +17,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 TOOLS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
 
-.PHONY: all test clean model format
+.PHONY: all test clean model format demo fuzz
 all: $(BUILD)/strata
 
 $(BUILD)/%.o: %.c
@@ -36,9 +38,21 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libstrata.a
 model:
 	scripts/fetch-model.sh
 
+demo: $(BUILD)/strata
+	scripts/fetch-model.sh
+	$(BUILD)/strata run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \
+		-p "Explain in two sentences why the sky is blue." -n 96
+
 test: $(BUILD)/strata $(TESTS) $(TOOLS)
 	scripts/fetch-model.sh
 	tests/run.sh $(BUILD)
+
+# libFuzzer targets (clang): build/fuzz_gguf -max_len=4096 CORPUS_DIR
+FUZZ_CFLAGS := -std=c11 -g -O1 -march=$(ARCH) -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined
+fuzz: $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/fuzz_*.c))
+$(BUILD)/fuzz_%: tests/fuzz_%.c $(LIB_SRC)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) $< $(LIB_SRC) -o $@ $(LDLIBS)
 
 format:
 	clang-format -i src/*.c src/*.h src/cpu/*.c src/cpu/*.h tests/*.c tests/*.h
