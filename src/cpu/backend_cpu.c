@@ -1,0 +1,303 @@
+// backend_cpu.c: the fast CPU backend.
+//
+// matmul quantizes each activation row once to the weight type's vec_dot_type
+// (Q8_0, Q8_1 or Q8_K blocks; float rows stay float) and computes integer dot
+// products; threads take chunks of weight rows, and each chunk runs over every
+// token of the batch while its rows sit in L1, so a prompt is a matrix ×
+// matrix product, not one vector at a time. Attention splits (token, head)
+// pairs across threads. Small element-wise ops run on the calling thread.
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/threadpool.h"
+#include "util.h"
+
+#define ROW_GROUP 8  // weight rows that share one pass over the activations
+#define ROW_CHUNK 32 // weight rows a thread claims at a time
+
+struct cpu {
+    struct threadpool *tp;
+    void *scratch; // quantized activations
+    size_t scratch_cap;
+    float *att_scratch; // [n_threads][scores_cap]
+    size_t scores_cap;
+    // RoPE angle table for the positions of the current batch
+    float *rope_cos, *rope_sin; // [rope_n][n_dims/2]
+    int rope_pos0, rope_n, rope_cap;
+    struct rope_params rope_key;
+};
+
+static struct cpu *cpu_of(struct backend *be) { return be->impl; }
+
+static void *grow(void **buf, size_t *cap, size_t need) {
+    if (need > *cap) {
+        free(*buf);
+        *buf = st_xmalloc(need);
+        *cap = need;
+    }
+    return *buf;
+}
+
+// --- memory ----------------------------------------------------------------------
+
+static void *cpu_alloc(struct backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) {
+        st_fail("cannot allocate %zu bytes of host memory", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+
+
+
+// --- matmul ----------------------------------------------------------------------
+
+struct mm_job {
+    const struct weight *w;
+    quant_vec_dot_fn dot;
+    const char *act;  // n rows of act_bytes
+    size_t act_bytes;
+    float *y;         // (n, w->rows)
+    int n;
+    atomic_long next; // next unclaimed row
+};
+
+static void mm_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    struct mm_job *j = arg;
+    const struct weight *w = j->w;
+    for (;;) {
+        long r0 = atomic_fetch_add(&j->next, ROW_CHUNK);
+        if (r0 >= w->rows) break;
+        long r1 = r0 + ROW_CHUNK < w->rows ? r0 + ROW_CHUNK : w->rows;
+        for (long g = r0; g < r1; g += ROW_GROUP) {
+            long g1 = g + ROW_GROUP < r1 ? g + ROW_GROUP : r1;
+            for (int t = 0; t < j->n; t++) {
+                const void *a = j->act + (size_t)t * j->act_bytes;
+                float *yt = j->y + (size_t)t * w->rows;
+                for (long r = g; r < g1; r++)
+                    yt[r] = j->dot(w->cols, (const char *)w->data + (size_t)r * w->row_bytes, a);
+            }
+        }
+    }
+}
+
+struct quant_job {
+    quant_quantize_fn q;
+    const float *x;
+    char *out;
+    int64_t cols;
+    size_t out_bytes;
+    int n;
+};
+
+static void quant_worker(void *arg, int ith, int nth) {
+    struct quant_job *j = arg;
+    for (int t = ith; t < j->n; t += nth)
+        j->q(j->x + (size_t)t * j->cols, j->out + (size_t)t * j->out_bytes, j->cols);
+}
+
+static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y,
+                       int n) {
+    struct cpu *c = cpu_of(be);
+    const struct quant_traits *qt = quant_get(w->type);
+    struct mm_job j = {.w = w, .dot = qt->vec_dot, .y = y, .n = n};
+    if (qt->vec_dot_type == GGML_TYPE_F32) {
+        j.act = (const char *)x;
+        j.act_bytes = sizeof(float) * (size_t)w->cols;
+    } else {
+        const struct quant_traits *at = quant_get(qt->vec_dot_type);
+        j.act_bytes = quant_row_size(qt->vec_dot_type, w->cols);
+        char *buf = grow(&c->scratch, &c->scratch_cap, j.act_bytes * (size_t)n);
+        struct quant_job qj = {at->quantize_row, x, buf, w->cols, j.act_bytes, n};
+        if (n > 1)
+            threadpool_run(c->tp, quant_worker, &qj);
+        else
+            quant_worker(&qj, 0, 1);
+        j.act = buf;
+    }
+    atomic_init(&j.next, 0);
+    threadpool_run(c->tp, mm_worker, &j);
+}
+
+// --- attention -------------------------------------------------------------------
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+struct att_job {
+    struct cpu *c;
+    const float *q, *k_cache, *v_cache;
+    float *out;
+    int n, pos0, n_head, n_head_kv, head_dim;
+};
+
+static void att_worker(void *arg, int ith, int nth) {
+    struct att_job *j = arg;
+    float *s = j->c->att_scratch + (size_t)ith * j->c->scores_cap;
+    const int group = j->n_head / j->n_head_kv;
+    const int kv_dim = j->n_head_kv * j->head_dim;
+    const float scale = 1.0f / sqrtf((float)j->head_dim);
+    for (int task = ith; task < j->n * j->n_head; task += nth) {
+        const int t = task / j->n_head, h = task % j->n_head;
+        const int n_kv = j->pos0 + t + 1;
+        const float *qh = j->q + (size_t)task * j->head_dim;
+        const size_t off = (size_t)(h / group) * j->head_dim;
+        float mx = -INFINITY;
+        for (int p = 0; p < n_kv; p++) {
+            s[p] = dot_f32(qh, j->k_cache + (size_t)p * kv_dim + off, j->head_dim) * scale;
+            if (s[p] > mx) mx = s[p];
+        }
+        float sum = 0;
+        for (int p = 0; p < n_kv; p++) sum += s[p] = expf(s[p] - mx);
+        float *oh = j->out + (size_t)task * j->head_dim;
+        memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
+        for (int p = 0; p < n_kv; p++) {
+            const float *vp = j->v_cache + (size_t)p * kv_dim + off;
+            const float wgt = s[p];
+            for (int d = 0; d < j->head_dim; d++) oh[d] += wgt * vp[d];
+        }
+        const float inv = 1.0f / sum;
+        for (int d = 0; d < j->head_dim; d++) oh[d] *= inv;
+    }
+}
+
+static void cpu_attention(struct backend *be, const float *q, const float *k_cache,
+                          const float *v_cache, float *out, int n, int pos0, int n_head,
+                          int n_head_kv, int head_dim) {
+    struct cpu *c = cpu_of(be);
+    const size_t need = (size_t)(pos0 + n);
+    if (need > c->scores_cap) {
+        free(c->att_scratch);
+        c->scores_cap = need;
+        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)threadpool_size(c->tp));
+    }
+    struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim};
+    threadpool_run(c->tp, att_worker, &j);
+}
+
+// --- small ops -------------------------------------------------------------------
+
+
+static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
+                         int n, int dim, float eps) {
+    (void)be;
+    const float *g = w->data;
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        float ss = dot_f32(xi, xi, dim);
+        const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+        float *oi = out + (size_t)i * dim;
+        for (int j = 0; j < dim; j++) oi[j] = xi[j] * scale * g[j];
+    }
+}
+
+// Fills the angle table for positions pos0 .. pos0+n-1 unless it already holds them.
+static void rope_table(struct cpu *c, int pos0, int n, const struct rope_params *rp) {
+    const int half = rp->n_dims / 2;
+    if (c->rope_pos0 == pos0 && c->rope_n == n && !memcmp(&c->rope_key, rp, sizeof *rp)) return;
+    if (n * half > c->rope_cap) {
+        free(c->rope_cos);
+        free(c->rope_sin);
+        c->rope_cap = n * half;
+        c->rope_cos = st_xmalloc(sizeof(float) * (size_t)c->rope_cap);
+        c->rope_sin = st_xmalloc(sizeof(float) * (size_t)c->rope_cap);
+    }
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            double theta = (double)(pos0 + t) * rp->freq_scale *
+                           pow((double)rp->base, -2.0 * i / rp->n_dims);
+            if (rp->freq_factors) theta /= rp->freq_factors[i];
+            c->rope_cos[t * half + i] = (float)cos(theta);
+            c->rope_sin[t * half + i] = (float)sin(theta);
+        }
+    c->rope_pos0 = pos0;
+    c->rope_n = n;
+    c->rope_key = *rp;
+}
+
+static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+                     const struct rope_params *rp) {
+    struct cpu *c = cpu_of(be);
+    rope_table(c, pos0, n, rp);
+    const int half = rp->n_dims / 2;
+    for (int t = 0; t < n; t++) {
+        const float *cs = c->rope_cos + (size_t)t * half, *sn = c->rope_sin + (size_t)t * half;
+        for (int h = 0; h < n_head; h++) {
+            float *xh = x + ((size_t)t * n_head + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                const int a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
+                const int b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + half;
+                const float x0 = xh[a], x1 = xh[b];
+                xh[a] = x0 * cs[i] - x1 * sn[i];
+                xh[b] = x0 * sn[i] + x1 * cs[i];
+            }
+        }
+    }
+}
+
+
+static void cpu_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+
+
+static void cpu_free(struct backend *be) {
+    struct cpu *c = cpu_of(be);
+    threadpool_free(c->tp);
+    free(c->scratch);
+    free(c->att_scratch);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c);
+    free(be);
+}
+
+struct backend *backend_cpu_init(int n_threads) {
+    if (n_threads <= 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads <= 0) n_threads = 1;
+    struct cpu *c = st_xcalloc(1, sizeof *c);
+    c->tp = threadpool_init(n_threads);
+    if (!c->tp) {
+        free(c);
+        return NULL;
+    }
+    c->rope_pos0 = -1;
+    struct backend *be = st_xcalloc(1, sizeof *be);
+    be->name = "cpu";
+    be->impl = c;
+    be->free = cpu_free;
+    be->alloc = cpu_alloc;
+    be->release = cpu_release;
+    be->upload = cpu_copy;
+    be->download = cpu_copy;
+    be->prepare_weight = cpu_prepare_weight;
+    be->get_rows = cpu_get_rows;
+    be->rms_norm = cpu_rms_norm;
+    be->matmul = cpu_matmul;
+    be->rope = cpu_rope;
+    be->kv_store = cpu_kv_store;
+    be->attention = cpu_attention;
+    be->swiglu = cpu_swiglu;
+    be->add = cpu_add;
+    be->sync = cpu_sync;
+    return be;
+}

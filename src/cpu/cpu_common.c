@@ -1,0 +1,64 @@
+// cpu_common.c: ops the reference and the fast CPU backend share.
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_ops.h"
+
+#include <stdlib.h>
+
+
+void cpu_rope_head(float *x, int pos, const struct rope_params *rp) {
+    const int half = rp->n_dims / 2;
+    for (int i = 0; i < half; i++) {
+        double theta = (double)pos * rp->freq_scale * pow((double)rp->base, -2.0 * i / rp->n_dims);
+        if (rp->freq_factors) theta /= rp->freq_factors[i];
+        const double c = cos(theta), s = sin(theta);
+        const int a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
+        const int b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + half;
+        const double x0 = x[a], x1 = x[b];
+        x[a] = (float)(x0 * c - x1 * s);
+        x[b] = (float)(x0 * s + x1 * c);
+    }
+}
+
+void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
+                  float *out) {
+    (void)be;
+    const struct quant_traits *qt = quant_get(emb->type);
+    for (int i = 0; i < n; i++)
+        qt->dequantize_row((const char *)emb->data + (size_t)tokens[i] * emb->row_bytes,
+                           out + (size_t)i * emb->cols, emb->cols);
+}
+
+void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
+                  const float *v, int n, int pos0, int kv_dim) {
+    (void)be;
+    memcpy(k_cache + (size_t)pos0 * kv_dim, k, sizeof(float) * (size_t)n * kv_dim);
+    memcpy(v_cache + (size_t)pos0 * kv_dim, v, sizeof(float) * (size_t)n * kv_dim);
+}
+
+void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+void cpu_release(struct backend *be, void *buf) {
+    (void)be;
+    free(buf);
+}
+
+int cpu_prepare_weight(struct backend *be, struct weight *w) {
+    (void)be;
+    (void)w;
+    return 0;
+}
+
+int cpu_sync(struct backend *be) {
+    (void)be;
+    return 0;
+}
+
+void cpu_add(struct backend *be, float *x, const float *y, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}

@@ -1,0 +1,25 @@
+// cpu_ops.h: pieces shared by the CPU backends.
+#ifndef STRATA_CPU_OPS_H
+#define STRATA_CPU_OPS_H
+
+#include "backend.h"
+#include "model.h"
+
+// Rotates one head x (head_dim) in place for position pos. Angles are computed
+// in double: theta_i = pos · freq_scale · base^(-2i/n_dims) / freq_factors[i].
+// NORM rotates (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_dims/2]); dimensions
+// past n_dims are left as they are.
+void cpu_rope_head(float *x, int pos, const struct rope_params *rp);
+
+// Ops identical in both CPU backends (see backend.h for their contracts).
+void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
+                  float *out);
+void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
+                  const float *v, int n, int pos0, int kv_dim);
+void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes);
+void cpu_release(struct backend *be, void *buf);
+int cpu_prepare_weight(struct backend *be, struct weight *w);
+int cpu_sync(struct backend *be);
+void cpu_add(struct backend *be, float *x, const float *y, int64_t n);
+
+#endif
