@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "chat.h"
 #include "forward.h"
 #include "model.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #define DEFAULT_CTX 4096
@@ -209,4 +211,41 @@ void cli_close(struct model *m, struct backend *be, struct context *ctx) {
     context_free(ctx);
     if (be) be->free(be);
     model_free(m);
+}
+
+int cli_chat_format(const struct model *m, const char *template_name, struct chat_format *fmt) {
+    if (template_name) {
+        if (chat_format_by_name(template_name, fmt)) return -1;
+    } else {
+        if (!m->chat_template)
+            return st_fail("the model has no chat template (tokenizer.chat_template); name a "
+                           "template family with --template");
+        if (chat_detect(m->chat_template, strlen(m->chat_template), fmt)) return -1;
+    }
+    int32_t bos = tokenizer_bos(m->tok);
+    const char *bos_text = bos >= 0 ? tokenizer_token_text(m->tok, bos) : NULL;
+    if (bos_text) snprintf(fmt->bos, sizeof fmt->bos, "%s", bos_text);
+    return 0;
+}
+
+int cli_text_tokens(const struct model *m, const char *text, int32_t **ids) {
+    int n = tokenizer_encode(m->tok, text, strlen(text), true, true, ids);
+    if (n < 0) return -1;
+    // text that starts with the BOS token's text plus a vocabulary that adds one: keep one
+    int32_t bos = tokenizer_bos(m->tok);
+    if (n >= 2 && bos >= 0 && (*ids)[0] == bos && (*ids)[1] == bos) {
+        memmove(*ids, *ids + 1, sizeof(int32_t) * (size_t)(n - 1));
+        n--;
+    }
+    return n;
+}
+
+int cli_chat_tokens(const struct model *m, const struct chat_format *fmt,
+                    const struct chat_message *msgs, int n, bool add_generation_prompt,
+                    int32_t **ids) {
+    char *text = chat_render(fmt, msgs, n, add_generation_prompt);
+    if (!text) return -1;
+    int n_ids = cli_text_tokens(m, text, ids);
+    free(text);
+    return n_ids;
 }

@@ -36,10 +36,26 @@ extern const char cli_model_opts_help[];
 struct model;
 struct backend;
 struct context;
+struct chat_format;
+struct chat_message;
 // Loads the model, picks the backend and makes a context as the options say,
 // checking that the KV cache fits in memory. Returns 0, or -1 with a message.
 int cli_open(const struct cli_model_opts *o, struct model **m, struct backend **be,
              struct context **ctx);
 void cli_close(struct model *m, struct backend *be, struct context *ctx);
+
+// The chat format to use for m: the family named by template_name, or else the
+// one detected from the model's tokenizer.chat_template; fmt->bos is filled
+// from the vocabulary. Returns 0 or -1 with a message.
+int cli_chat_format(const struct model *m, const char *template_name, struct chat_format *fmt);
+// Renders msgs with fmt and tokenizes the text (special tokens parsed, BOS
+// added as the vocabulary asks, never twice). Returns the number of ids and
+// sets *ids (malloc'd, caller frees), or -1 with a message.
+int cli_chat_tokens(const struct model *m, const struct chat_format *fmt,
+                    const struct chat_message *msgs, int n, bool add_generation_prompt,
+                    int32_t **ids);
+// Tokenizes plain text (special tokens parsed, BOS added as the vocabulary
+// asks). Returns the number of ids and sets *ids (caller frees), or -1.
+int cli_text_tokens(const struct model *m, const char *text, int32_t **ids);
 
 #endif

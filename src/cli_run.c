@@ -68,43 +68,6 @@ static int print_token(void *user, int32_t id, const char *piece, size_t len) {
     return 0;
 }
 
-// Turns the prompt into tokens: through the chat template when asked.
-int cli_prompt_tokens(const struct model *m, const char *prompt, bool chat, const char *system,
-                      const char *template_name, int32_t **ids) {
-    char *text = NULL;
-    if (chat) {
-        struct chat_format fmt;
-        if (template_name) {
-            if (chat_format_by_name(template_name, &fmt)) return -1;
-        } else {
-            if (!m->chat_template)
-                return st_fail("--chat: the model has no chat template "
-                               "(tokenizer.chat_template); name one with --template");
-            if (chat_detect(m->chat_template, strlen(m->chat_template), &fmt)) return -1;
-        }
-        int32_t bos = tokenizer_bos(m->tok);
-        const char *bos_text = bos >= 0 ? tokenizer_token_text(m->tok, bos) : NULL;
-        if (bos_text) snprintf(fmt.bos, sizeof fmt.bos, "%s", bos_text);
-        struct chat_message msgs[2];
-        int n = 0;
-        if (system) msgs[n++] = (struct chat_message){"system", system};
-        msgs[n++] = (struct chat_message){"user", prompt};
-        text = chat_render(&fmt, msgs, n, true);
-        if (!text) return -1;
-        prompt = text;
-    }
-    int n = tokenizer_encode(m->tok, prompt, strlen(prompt), true, true, ids);
-    free(text);
-    if (n < 0) return -1;
-    // a template that writes BOS itself plus a vocabulary that adds one: keep one
-    int32_t bos = tokenizer_bos(m->tok);
-    if (n >= 2 && bos >= 0 && (*ids)[0] == bos && (*ids)[1] == bos) {
-        memmove(*ids, *ids + 1, sizeof(int32_t) * (size_t)(n - 1));
-        n--;
-    }
-    return n;
-}
-
 int cli_run(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
@@ -165,7 +128,18 @@ int cli_run(int argc, char **argv) {
     double t0 = st_time_s();
     if (cli_open(&o, &m, &be, &ctx)) goto fail;
     double t_load = st_time_s() - t0;
-    int n = cli_prompt_tokens(m, prompt, chat, system, template_name, &ids);
+    int n;
+    if (chat) {
+        struct chat_format fmt;
+        struct chat_message msgs[2];
+        int n_msgs = 0;
+        if (system) msgs[n_msgs++] = (struct chat_message){"system", system};
+        msgs[n_msgs++] = (struct chat_message){"user", prompt};
+        n = cli_chat_format(m, template_name, &fmt) ? -1
+                                                    : cli_chat_tokens(m, &fmt, msgs, n_msgs, true, &ids);
+    } else {
+        n = cli_text_tokens(m, prompt, &ids);
+    }
     if (n < 0) goto fail;
     if (n == 0) {
         st_fail("the prompt is empty after tokenization");

@@ -8,10 +8,10 @@
 #include <stdint.h>
 
 struct sampler_params {
-    float temperature;    // default 0.8; ≤ 0: greedy
-    int top_k;            // default 40; ≤ 0: off
+    float temperature;    // default 0.8; 0: greedy
+    int top_k;            // default 40; 0: off
     float top_p;          // default 0.95; ≥ 1: off
-    float min_p;          // default 0.05; ≤ 0: off
+    float min_p;          // default 0.05; 0: off
     float repeat_penalty; // default 1.0 (off); > 1 penalises recent tokens
     int repeat_last_n;    // default 64; how many recent tokens the penalty sees
     uint64_t seed;        // default: from the clock
