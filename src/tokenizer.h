@@ -24,18 +24,21 @@ void tokenizer_free(struct tokenizer *t);
 
 // Encodes len bytes of text (UTF-8; invalid bytes are encoded as the model's
 // byte fallback would). add_special: add BOS/EOS as the vocabulary asks
-// (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: text equal to
-// a control or user-defined token becomes that token; otherwise it is plain text.
+// (tokenizer.ggml.add_bos_token / add_eos_token). User-defined tokens are
+// always matched in text (as Hugging Face and llama.cpp do); parse_special: text
+// equal to a control token becomes that token, otherwise it is plain text.
 // Returns the number of ids (≥ 0) and sets *ids (malloc'd, caller frees), or -1.
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t **ids);
 
 // The bytes token id stands for, as they appear in decoded text (byte-level
 // pieces turned back into bytes, SentencePiece's ▁ into a space, <0xNN> into
-// its byte). Control tokens give their text only when `special` is true, else
-// nothing. Writes at most cap bytes to buf and returns the full length, or -1
-// for an id out of range. `prev` is the id before this one (-1 at the start):
-// SentencePiece vocabularies drop the leading space of the first piece.
+// its byte). Control and unknown tokens give their text only when `special` is
+// true, else nothing. Writes at most cap bytes to buf and returns the full
+// length, or -1 for an id out of range. `prev` is the id before this one (-1 at
+// the start): SentencePiece vocabularies drop the leading space of a piece that
+// follows the start or a control, unknown or user-defined token (the encoder
+// adds one there), so decoding round-trips exactly.
 int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool special, char *buf,
                     size_t cap);
 
