@@ -54,7 +54,9 @@ typedef void (*quant_dequantize_fn)(const void *src, float *dst, int64_t n);
 // Quantizes n values (n a multiple of the block size) from src to dst (reference rounding).
 typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
 // Dot product of n values: one weight row (this type) with one activation row
-// already quantized to this type's vec_dot_type. n is a multiple of both block sizes.
+// made by quantize_row of this type's vec_dot_type (the fast paths rely on its
+// value range and block sums). n is a multiple of both block sizes. Rows must be
+// 4-byte aligned for F32 and Q8_K activations, 2-byte aligned otherwise.
 typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *act);
 
 struct quant_traits {
@@ -64,7 +66,7 @@ struct quant_traits {
     bool supported;          // dequantize_row (and vec_dot) exist
     quant_dequantize_fn dequantize_row;
     quant_quantize_fn quantize_row;    // NULL where Strata has no quantizer for the type
-    enum ggml_type vec_dot_type;       // activation type of the fast dot product
+    enum ggml_type vec_dot_type;       // activation type of vec_dot (meaningful only where vec_dot exists)
     quant_vec_dot_fn vec_dot;          // fast path (SIMD where built); NULL if unsupported
     quant_vec_dot_fn vec_dot_scalar;   // the same function in plain C, the fast path's twin
 };
@@ -74,7 +76,7 @@ const struct quant_traits *quant_get(enum ggml_type t);
 // Name of t ("Q4_K"), or "unknown" when t is not a defined type.
 const char *quant_name(enum ggml_type t);
 // Bytes taken by a row of n elements of type t; 0 if n is not a multiple of the
-// block size or t is unknown.
+// block size, t is unknown, or the size overflows.
 size_t quant_row_size(enum ggml_type t, int64_t n);
 
 #endif
