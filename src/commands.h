@@ -7,5 +7,6 @@
 int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_synth(int argc, char **argv);
 
 #endif

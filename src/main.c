@@ -15,6 +15,7 @@ static const char help[] =
     "  run     generate text from a prompt          strata run -m MODEL -p \"Once upon a time\"\n"
     "  info    print a GGUF file's metadata and tensors   strata info MODEL\n"
     "  bench   measure prompt and generation speed     strata bench -m MODEL -p 512 -n 128\n"
+    "  synth   write a model with random weights       strata synth -o tiny.gguf\n"
     "\n"
     "  strata COMMAND --help   explains a command's options\n"
     "  strata --version        prints the version\n";
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, help);
     return 2;
 }

@@ -64,16 +64,16 @@ static int find_weight(const struct model *m, const char *name, int64_t cols, in
         return st_fail("%s: required tensor '%s' is missing; the file is not a complete %s model",
                        m->gguf->path, name, m->hp.arch);
     }
+    const struct quant_traits *qt = quant_get(t->type);
+    if (!qt || !qt->supported)
+        return st_fail("%s: tensor '%s' has type %s, which Strata does not support yet",
+                       m->gguf->path, name, quant_name(t->type));
     int64_t t_rows = 1;
     for (uint32_t d = 1; d < t->n_dims; d++) t_rows *= t->ne[d];
     if (t->ne[0] != cols || t_rows != rows || (rows == 1 && t->n_dims != 1 && t->ne[1] != 1))
         return st_fail("%s: tensor '%s' has shape [%" PRId64 ", %" PRId64 "], expected [%" PRId64
                        ", %" PRId64 "] from the metadata",
                        m->gguf->path, name, t->ne[0], t_rows, cols, rows);
-    const struct quant_traits *qt = quant_get(t->type);
-    if (!qt || !qt->supported)
-        return st_fail("%s: tensor '%s' has type %s, which Strata does not support yet",
-                       m->gguf->path, name, quant_name(t->type));
     if (float_only && t->type != GGML_TYPE_F32)
         return st_fail("%s: tensor '%s' has type %s; norm weights must be F32", m->gguf->path,
                        name, quant_name(t->type));
