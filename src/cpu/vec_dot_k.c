@@ -15,25 +15,27 @@
 // twice.
 static inline __m256i shuffle_pair(int i) {
     static const uint8_t k[4][32] = {
-        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
-        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
-        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
-        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
-         14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+#define ROW(a, b, c, d) {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d}
+        ROW(0, 1, 2, 3), ROW(4, 5, 6, 7), ROW(8, 9, 10, 11), ROW(12, 13, 14, 15),
+#undef ROW
     };
     return _mm256_loadu_si256((const __m256i *)k[i]);
 }
 
 // Broadcast of one 16-bit scale over the whole vector: index i picks scale i (0..7).
 static inline __m256i shuffle_one(int i) {
-    const int8_t lo = (int8_t)(2 * i), hi = (int8_t)(2 * i + 1);
-    return _mm256_set_epi8(hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
-                           lo, hi, lo, hi, lo, hi, lo, hi, lo);
+    static const uint8_t k[8][32] = {
+#define ROW(a, b) {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b}
+        ROW(0, 1), ROW(2, 3), ROW(4, 5), ROW(6, 7), ROW(8, 9), ROW(10, 11), ROW(12, 13), ROW(14, 15),
+#undef ROW
+    };
+    return _mm256_loadu_si256((const __m256i *)k[i]);
 }
 
-// Sixteen int16 scales s[0..15] split into two vectors of 8, each repeated in both lanes.
-static inline void scales_16(__m128i s8, int sign_extend, __m256i out[2]) {
-    const __m256i all = sign_extend ? _mm256_cvtepi8_epi16(s8) : _mm256_cvtepu8_epi16(s8);
+// Sixteen int8 scales s[0..15], widened to int16 and split into two vectors of 8,
+// each repeated in both lanes.
+static inline void scales_16(__m128i s8, __m256i out[2]) {
+    const __m256i all = _mm256_cvtepi8_epi16(s8);
     const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
     out[0] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), lo, 1);
     out[1] = _mm256_inserti128_si256(_mm256_castsi128_si256(hi), hi, 1);
@@ -53,10 +55,11 @@ float quant_vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *act) {
         const __m128i mins_and_scales = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m128i scales8 = _mm_and_si128(mins_and_scales, m4);
         const __m128i mins8 = _mm_and_si128(_mm_srli_epi16(mins_and_scales, 4), m4);
-        const __m256i prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8), _mm256_loadu_si256((const __m256i *)y[i].bsums));
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+        const __m256i prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8), bsums);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
         __m256i scales[2];
-        scales_16(scales8, 1, scales);
+        scales_16(scales8, scales);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 2; j++, q2 += 32, q8 += 128) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)q2);
@@ -81,10 +84,17 @@ float quant_vec_dot_q3_K_q8_K(int64_t n, const void *w, const void *act) {
         const float d = y[i].d * simd_fp16(x[i].d);
         const uint8_t *q3 = x[i].qs;
         const int8_t *q8 = y[i].qs;
-        int8_t sc[16];
-        quant_q3k_scales(x[i].scales, sc);
+        // the sixteen 6-bit scales: low 4 bits in bytes 0..7 (two per byte), high 2 bits in
+        // bytes 8..11 (four per byte); as quant_q3k_scales, 4 lanes at a time
+        const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+        uint32_t aux[3];
+        memcpy(aux, x[i].scales, 12);
+        const __m128i sc128 = _mm_set_epi32((int)(((aux[1] >> 4) & kmask2) | (((aux[2] >> 6) & kmask1) << 4)),
+                                            (int)(((aux[0] >> 4) & kmask2) | (((aux[2] >> 4) & kmask1) << 4)),
+                                            (int)((aux[1] & kmask2) | (((aux[2] >> 2) & kmask1) << 4)),
+                                            (int)((aux[0] & kmask2) | (((aux[2] >> 0) & kmask1) << 4)));
         __m256i scales[2];
-        scales_16(_mm_loadu_si128((const __m128i *)sc), 1, scales);
+        scales_16(_mm_sub_epi8(sc128, _mm_set1_epi8(32)), scales);
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
         int bit = 0;
@@ -106,11 +116,18 @@ float quant_vec_dot_q3_K_q8_K(int64_t n, const void *w, const void *act) {
     return simd_hsum_ps(acc);
 }
 
-// The 8 scales (low 128 bits) and 8 mins (high 128 bits) of a q4_K/q5_K block as int16.
+// The 8 scales (low 128 bits) and 8 mins (high 128 bits) of a q4_K/q5_K block as
+// int16: quant_k4_scale_min for all eight at once, on 32-bit words.
 static inline __m256i k4_scales_mins(const uint8_t packed[K_SCALE_SIZE]) {
-    uint8_t sc[16];
-    for (int j = 0; j < 8; j++) quant_k4_scale_min(j, packed, &sc[j], &sc[8 + j]);
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+    const uint32_t mins_lo = u[1] & kmask1;
+    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+    u[2] = mins_lo;
+    u[0] &= kmask1;
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
 // sum_j mins[j] * (bsums[2j] + bsums[2j+1]) as 4 int32 lanes.
@@ -176,7 +193,8 @@ float quant_vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *act) {
             const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), mone);
             const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), mone);
             const __m256i ql = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(h0, 4));
-            const __m256i qh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
+            const __m256i qh =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
             const __m256i pl = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)q8));
             const __m256i ph = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j)), pl));
@@ -200,7 +218,7 @@ float quant_vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *act) {
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
         const int8_t *q8 = y[i].qs;
         __m256i scales[2];
-        scales_16(_mm_loadu_si128((const __m128i *)x[i].scales), 1, scales);
+        scales_16(_mm_loadu_si128((const __m128i *)x[i].scales), scales);
         // the -32 offset: 32 * sum_j scale[j] * bsums[j], subtracted once per super-block
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i offset =

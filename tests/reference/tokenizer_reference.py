@@ -14,13 +14,20 @@ pipelines mirror the tokenizer.json each model family ships on the Hugging Face
 Hub: SmolLM2 = Digits(individual_digits) + ByteLevel(use_regex); GPT-2 =
 ByteLevel(use_regex); Llama 3 = Split(regex, isolated) + ByteLevel(no regex)
 with ignore_merges; Qwen2 = NFC + Split(regex, isolated) + ByteLevel(no regex).
-The Llama 3 and Qwen2 variants reuse the SmolLM2 vocabulary with
-tokenizer.ggml.pre swapped (the C test builds the same GGUF in memory); the
-Qwen2 variant also marks token 12 as user-defined (a non-special added token).
+The GPT-2, Llama 3 and Qwen2 variants reuse the SmolLM2 vocabulary with
+tokenizer.ggml.pre swapped (the C test builds the same GGUF in memory from the
+model file); the Qwen2 variant also marks token 12 as user-defined (a
+non-special added token, matched in text even without special parsing).
+
+Control tokens become special added tokens and user-defined ones plain added
+tokens, as transformers' GGUF converter adds them; ids(plain) is encoded with
+encode_special_tokens = True, so only the special ones stay text.
 
 transformers can load the GGUF directly (AutoTokenizer.from_pretrained(...,
 gguf_file=...)) only with torch installed; its torch-free converter is run
-here as a cross-check and its disagreements are printed.
+here as a cross-check and its disagreements are printed. It knows no "smollm"
+pre-tokenizer (it drops SmolLM2's Digits step, so numerals like ½ and Ⅲ, and digits
+after runs of spaces, split differently) and leaves out Qwen2's NFC normaliser.
 
 Usage: tokenizer_reference.py [model.gguf]   (default: $STRATA_TEST_MODEL or
 models/SmolLM2-135M-Instruct.Q4_1.gguf)
