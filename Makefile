@@ -8,7 +8,7 @@ ARCH    ?= native
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -march=$(ARCH) -D_GNU_SOURCE -MMD -MP -Isrc
-LDLIBS  += -lm -lpthread -lpcre2-8 -lutf8proc
+LDLIBS  += -lm -lpthread -lpcre2-8 -lutf8proc -lmicrohttpd -lcjson
 
 BUILD   := build
 LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
@@ -17,7 +17,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 TOOLS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
 
-.PHONY: all test clean model format demo fuzz
+.PHONY: all test clean model format demo fuzz check-portability
 all: $(BUILD)/strata
 
 $(BUILD)/%.o: %.c
@@ -53,6 +53,11 @@ fuzz: $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/fuzz_*.c))
 $(BUILD)/fuzz_%: tests/fuzz_%.c $(LIB_SRC)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< $(LIB_SRC) -o $@ $(LDLIBS)
+
+# Every kernel source built for every GPU target (CUDA, AMD gfx, SPIR-V) plus
+# the compat checker; installs the Debian packages it needs.
+check-portability:
+	scripts/check-portability.sh
 
 format:
 	clang-format -i src/*.c src/*.h src/cpu/*.c src/cpu/*.h tests/*.c tests/*.h

@@ -16,6 +16,8 @@ static const char help[] =
     "  info    print a GGUF file's metadata and tensors   strata info MODEL\n"
     "  bench   measure prompt and generation speed     strata bench -m MODEL -p 512 -n 128\n"
     "  synth   write a model with random weights       strata synth -o tiny.gguf\n"
+    "  chat    talk with a model in the terminal       strata chat -m MODEL\n"
+    "  serve   OpenAI-compatible HTTP server and chat page   strata serve -m MODEL --port 8080\n"
     "\n"
     "  strata COMMAND --help   explains a command's options\n"
     "  strata --version        prints the version\n";
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, help);
     return 2;
 }

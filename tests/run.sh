@@ -4,8 +4,9 @@
 # A program that dies without its RESULT line counts as one failure.
 BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
-export STRATA_BIN="$PWD/$BUILD/strata"
-export STRATA_BUILD="$PWD/$BUILD"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+export STRATA_BIN="$BUILD/strata"
+export STRATA_BUILD="$BUILD"
 export STRATA_TEST_MODEL="${STRATA_TEST_MODEL:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 pass=0
 fail=0

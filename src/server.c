@@ -1,0 +1,204 @@
+// server.c: `strata serve` — options, start-up and shutdown of the server
+// (the modules are listed in server.h).
+//
+// Start-up order: the HTTP server listens first, so /health can say "loading"
+// (503) while the worker thread loads the model; the main thread then waits
+// for SIGINT or SIGTERM (blocked in every thread, taken with sigtimedwait) or
+// for the load to fail, and shuts down: jobs cancelled, connections closed,
+// the worker joined, the model freed.
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "cli_args.h"
+#include "commands.h"
+#include "server.h"
+#include "util.h"
+
+static const char serve_help[] =
+    "usage: strata serve -m MODEL [options]\n"
+    "\n"
+    "Serves the model over HTTP: an OpenAI-compatible API (/v1/chat/completions,\n"
+    "/v1/completions, /v1/models), /health, /metrics, /tokenize, /detokenize, and a\n"
+    "chat page at /. Requests are answered one at a time, in the order they came.\n"
+    "\n"
+    "      --host ADDR        address to listen on (default: 127.0.0.1, this machine only;\n"
+    "                         0.0.0.0 or :: for every interface)\n"
+    "      --port N           port (default: 8080; 0 picks a free one, printed at start-up)\n"
+    "      --api-key KEY      require 'Authorization: Bearer KEY' on every route but / and\n"
+    "                         /health (default: the environment's STRATA_API_KEY, else none)\n"
+    "      --alias NAME       the model's id in the API (default: the file name without .gguf)\n"
+    "      --template NAME    chat template family instead of the model's own\n"
+    "                         (chatml, llama2, llama3, mistral, gemma, phi3)\n"
+    "      --timeout S        a request's limit in seconds, from its arrival to its last\n"
+    "                         token (default: 600)\n"
+    "      --max-body BYTES   largest request body (default: 4194304)\n"
+    "      --max-queue N      requests that may wait; beyond, 503 (default: 64)\n"
+    "      --max-connections N  open connections at most (default: 128)\n"
+    "      --idle-timeout S   close a connection idle or sending this slowly for S seconds\n"
+    "                         (default: 30)\n"
+    "  -h, --help             this help\n"
+    "\n"
+    "Model options (the sampling options are the defaults of requests that do not set them):\n";
+
+// The model's id: the file name without directories and ".gguf".
+static void default_model_id(const char *path, char *out, size_t cap) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, base, n);
+    out[n] = 0;
+}
+
+// Parses the options into cfg. Returns 0, 1 when help was printed, or -1 with a message.
+static int serve_parse(int argc, char **argv, struct server_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cli_model_opts_default(&cfg->mo);
+    cfg->host = "127.0.0.1";
+    cfg->port = 8080;
+    cfg->api_key = getenv("STRATA_API_KEY");
+    if (cfg->api_key && !*cfg->api_key) cfg->api_key = NULL;
+    cfg->max_body = 4u << 20;
+    cfg->timeout_s = 600;
+    cfg->max_queue = 64;
+    cfg->max_connections = 128;
+    cfg->idle_timeout_s = 30;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long long n = 0;
+        double f;
+        if (!strcmp(a, "-s") || !strcmp(a, "--seed")) cfg->seed_given = true;
+        int rc = cli_model_opt(&cfg->mo, argc, argv, &i);
+        if (rc < 0) return -1;
+        if (rc > 0) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("%s%s", serve_help, cli_model_opts_help);
+            return 1;
+        } else if (!strcmp(a, "--host")) {
+            if (!(cfg->host = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--port")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 65535, &n)) return -1;
+            cfg->port = (int)n;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!(cfg->api_key = cli_value(argc, argv, &i))) return -1;
+            if (!*cfg->api_key) return st_fail("--api-key: the key is empty");
+        } else if (!strcmp(a, "--alias")) {
+            if (!(cfg->alias = cli_value(argc, argv, &i))) return -1;
+            if (!*cfg->alias || strlen(cfg->alias) >= 128 || strchr(cfg->alias, '/'))
+                return st_fail("--alias: '%s' must be 1 to 127 characters without '/'", cfg->alias);
+        } else if (!strcmp(a, "--template")) {
+            if (!(cfg->template_name = cli_value(argc, argv, &i))) return -1;
+            struct chat_format fmt;
+            if (chat_format_by_name(cfg->template_name, &fmt)) return -1;
+        } else if (!strcmp(a, "--timeout")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, 0.1, 86400 * 7, &f))
+                return -1;
+            cfg->timeout_s = f;
+        } else if (!strcmp(a, "--max-body")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1024, 1ll << 30, &n))
+                return -1;
+            cfg->max_body = (size_t)n;
+        } else if (!strcmp(a, "--max-queue")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1 << 20, &n)) return -1;
+            cfg->max_queue = (int)n;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 10000, &n)) return -1;
+            cfg->max_connections = (int)n;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 86400, &n)) return -1;
+            cfg->idle_timeout_s = (int)n;
+        } else {
+            return st_fail("unknown option '%s'", a);
+        }
+    }
+    if (!cfg->mo.model) return st_fail("no model given: use -m FILE");
+    return sampler_params_check(&cfg->mo.sp);
+}
+
+static uint64_t random_seed(void) {
+    uint64_t x;
+    if (getrandom(&x, sizeof x, 0) == (ssize_t)sizeof x) return x;
+    return (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)clock();
+}
+
+int cli_serve(int argc, char **argv) {
+    struct server *s = st_xcalloc(1, sizeof *s);
+    int prc = serve_parse(argc, argv, &s->cfg);
+    if (prc) {
+        free(s);
+        if (prc > 0) return 0;
+        fprintf(stderr, "strata serve: %s\nTry 'strata serve --help'.\n", st_last_error());
+        return 2;
+    }
+    if (access(s->cfg.mo.model, R_OK)) { // before listening: the load itself comes later
+        fprintf(stderr, "strata serve: cannot open model '%s': %s\n", s->cfg.mo.model,
+                strerror(errno));
+        free(s);
+        return 1;
+    }
+    if (s->cfg.alias) snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias);
+    else default_model_id(s->cfg.mo.model, s->model_id, sizeof s->model_id);
+    s->created = (long long)time(NULL);
+    s->rng = random_seed();
+    s->state = SRV_LOADING;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->json_mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+
+    // Every thread started from here inherits the blocked signals; the main
+    // thread takes them with sigtimedwait.
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    signal(SIGPIPE, SIG_IGN); // a vanished client is noticed by its socket, not by a signal
+
+    int status = 1;
+    bool worker_started = false;
+    pthread_t worker;
+    if (srv_http_start(s)) {
+        fprintf(stderr, "strata serve: %s\n", st_last_error());
+        goto out;
+    }
+    const bool v6 = strchr(s->cfg.host, ':') != NULL;
+    fprintf(stderr, "strata serve: listening on http://%s%s%s:%d/ (loading %s)\n", v6 ? "[" : "",
+            s->cfg.host, v6 ? "]" : "", s->port, s->cfg.mo.model);
+    if (pthread_create(&worker, NULL, srv_worker_main, s)) {
+        fprintf(stderr, "strata serve: cannot start the worker thread\n");
+        goto out;
+    }
+    worker_started = true;
+    const struct timespec step = {0, 200 * 1000 * 1000};
+    for (;;) {
+        int sig = sigtimedwait(&set, NULL, &step);
+        if (sig > 0) {
+            fprintf(stderr, "strata serve: %s: shutting down\n", strsignal(sig));
+            status = 0;
+            break;
+        }
+        if (s->state == SRV_FAILED) {
+            fprintf(stderr, "strata serve: %s\n", s->load_error);
+            break;
+        }
+    }
+out:
+    srv_stop(s);
+    srv_http_stop(s);
+    if (worker_started) pthread_join(worker, NULL);
+    cli_close(s->model, s->be, s->ctx);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->json_mu);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return status;
+}

@@ -1,0 +1,79 @@
+// fuzz_server_request.c: libFuzzer target for the server's request path —
+// arbitrary bytes as the body of a chat request, a completion request,
+// /tokenize and /detokenize, with the test model's tokenizer and chat template
+// (STRATA_TEST_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf). Every
+// body must be either accepted as a request within its bounds or refused with
+// a 4xx whose error object is valid JSON.
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "server.h"
+#include "util.h"
+
+static struct server srv;
+
+static void setup(void) {
+    const char *path = getenv("STRATA_TEST_MODEL");
+    if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    ST_ASSERT(model_load(path, &srv.model) == 0);
+    cli_model_opts_default(&srv.cfg.mo);
+    srv.have_chat = cli_chat_format(srv.model, NULL, &srv.fmt) == 0;
+    snprintf(srv.model_id, sizeof srv.model_id, "fuzz");
+    srv.n_ctx = 512;
+    srv.rng = 1;
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_mutex_init(&srv.json_mu, NULL);
+}
+
+static void check_error(const struct srv_error *e) {
+    ST_ASSERT(e->status >= 400 && e->status < 500 && e->message[0]);
+    char *json = srv_json_error(e);
+    cJSON *back = cJSON_Parse(json);
+    ST_ASSERT(back);
+    cJSON_Delete(back);
+    free(json);
+}
+
+static void check_json(char *out, const struct srv_error *e) {
+    if (!out) {
+        check_error(e);
+        return;
+    }
+    cJSON *back = cJSON_Parse(out);
+    ST_ASSERT(back);
+    cJSON_Delete(back);
+    free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!srv.model) setup();
+    char *body = malloc(size + 1); // the server's bodies end in a NUL after their length
+    ST_ASSERT(body);
+    memcpy(body, data, size);
+    body[size] = 0;
+    for (int kind = SRV_CHAT; kind <= SRV_COMPLETION; kind++) {
+        struct srv_request r;
+        struct srv_error e;
+        if (srv_request_parse(&srv, (enum srv_kind)kind, body, size, &r, &e)) {
+            check_error(&e);
+            continue;
+        }
+        ST_ASSERT(r.n_prompt >= 1 && r.n_prompt < srv.n_ctx);
+        for (int i = 0; i < r.n_prompt; i++)
+            ST_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < srv.model->hp.n_vocab);
+        ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx));
+        ST_ASSERT(sampler_params_check(&r.sp) == 0);
+        for (int i = 0; i < r.n_stop; i++)
+            ST_ASSERT(r.stop[i][0] && utf8_valid(r.stop[i], strlen(r.stop[i])));
+        srv_request_free(&r);
+    }
+    struct srv_error e;
+    check_json(srv_tokenize(&srv, body, size, &e), &e);
+    check_json(srv_detokenize(&srv, body, size, &e), &e);
+    free(body);
+    return 0;
+}

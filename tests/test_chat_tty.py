@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""`strata chat` driven through a pseudo-terminal, as a person would use it:
+streamed answers, a follow-up that reuses the cached conversation, /reset,
+Ctrl-C stopping an answer (and leaving at the prompt), /quit, Ctrl-D; and
+with stdin a pipe, one answer per line.
+
+Prints "  ok NAME" / "  FAIL NAME: why" / "  skip NAME: why" and
+"RESULT passed failed".
+"""
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+BIN = os.environ.get("STRATA_BIN", "build/strata")
+MODEL = os.environ.get("STRATA_TEST_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+RESULTS = {"pass": 0, "fail": 0}
+STATS = re.compile(rb"\[(stopped, |context full, |length limit, )?(\d+) tokens, [\d.]+ tok/s \| prompt (\d+) tokens, (\d+) from cache\]")
+
+
+class Session:
+    """strata chat on a pseudo-terminal."""
+
+    def __init__(self, *args):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execv(BIN, [BIN, "chat", "-m", MODEL, "-c", "512", "-t", "1", "--temp", "0", *args])
+        self.out = b""  # everything read so far
+        self.pos = 0    # what expect() has consumed
+
+    def read(self, timeout):
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if not r:
+            return False
+        try:
+            data = os.read(self.fd, 4096)
+        except OSError:  # the child closed the terminal
+            data = b""
+        if not data:
+            raise EOFError("the program ended; output: " + self.out[-400:].decode(errors="replace"))
+        self.out += data
+        return True
+
+    def expect(self, pattern, timeout=30):
+        """Waits for the regex pattern (bytes) after what was consumed; returns the match."""
+        rx = re.compile(pattern)
+        deadline = time.time() + timeout
+        while True:
+            m = rx.search(self.out, self.pos)
+            if m:
+                self.pos = m.end()
+                return m
+            left = deadline - time.time()
+            if left <= 0:
+                raise AssertionError(f"{pattern!r} not seen within {timeout} s; output: "
+                                     f"{self.out[self.pos:][-400:].decode(errors='replace')!r}")
+            self.read(left)
+
+    def send(self, data):
+        os.write(self.fd, data)
+
+    def wait_exit(self, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            try:
+                self.read(0.1)
+            except EOFError:
+                pass
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        raise AssertionError("the program did not exit")
+
+    def close(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.fd)
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def run(name, fn):
+    try:
+        fn()
+        RESULTS["pass"] += 1
+        print(f"  ok   {name}", flush=True)
+    except Exception as e:
+        RESULTS["fail"] += 1
+        print(f"  FAIL {name}: {type(e).__name__}: {e}", flush=True)
+
+
+def t_conversation():
+    s = Session("-n", "24")
+    try:
+        s.expect(rb"/reset starts over")
+        s.expect(rb"> ")
+        s.send(b"What is the capital of France?\r")
+        m = s.expect(STATS)
+        first_prompt = int(m.group(3))
+        check(int(m.group(4)) == 0 and int(m.group(2)) > 0, f"first answer stats {m.group(0)}")
+        answer = s.out[s.out.index(b"France?"):m.start()]
+        check(len(answer.strip()) > 10, f"no answer streamed: {answer!r}")
+        s.expect(rb"> ")
+        s.send(b"And of Germany?\r")
+        m = s.expect(STATS)
+        check(int(m.group(4)) >= first_prompt, f"the follow-up reused {m.group(4)} of {first_prompt}+ tokens")
+        s.expect(rb"> ")
+        s.send(b"/reset\r")
+        s.expect(rb"\[new conversation\]")
+        s.expect(rb"> ")
+        s.send(b"/bogus\r")
+        s.expect(rb"unknown command '/bogus'")
+        s.expect(rb"> ")
+        s.send(b"Hi\r")
+        m = s.expect(STATS)
+        check(int(m.group(3)) < first_prompt + 10, f"history kept after /reset: {m.group(0)}")
+        s.expect(rb"> ")
+        s.send(b"/quit\r")
+        check(s.wait_exit() == 0, "exit status after /quit")
+    finally:
+        s.close()
+
+
+def t_ctrl_c():
+    s = Session("-n", "400")
+    try:
+        s.expect(rb"> ")
+        s.send(b"Write a very long story about a dragon and a knight.\r")
+        s.expect(rb"story about a dragon and a knight\.\r?\n")  # the echo
+        s.expect(rb"\w+ \w+ \w+ \w+")  # the answer is streaming
+        t0 = time.time()
+        s.send(b"\x03")  # Ctrl-C: SIGINT to the program
+        m = s.expect(STATS, timeout=5)
+        check(m.group(1) == b"stopped, ", f"not stopped: {m.group(0)}")
+        check(int(m.group(2)) < 400 and time.time() - t0 < 3, "the answer did not stop promptly")
+        s.expect(rb"> ")
+        s.send(b"Count from 1 to 500, one number per line.\r")  # still alive, history kept
+        s.expect(rb"one number per line\.\r?\n")
+        s.expect(rb"\d+\D+\d+")
+        s.send(b"\x03")
+        m = s.expect(STATS, timeout=5)
+        check(m.group(1) == b"stopped, " and int(m.group(4)) > 0, f"after Ctrl-C: {m.group(0)}")
+        s.expect(rb"> ")
+        s.send(b"\x03")  # Ctrl-C at the prompt leaves
+        check(s.wait_exit() == 0, "exit status after Ctrl-C at the prompt")
+    finally:
+        s.close()
+
+
+def t_eof():
+    s = Session("-n", "8")
+    try:
+        s.expect(rb"> ")
+        s.send(b"\x04")  # Ctrl-D on an empty line: EOF
+        check(s.wait_exit() == 0, "exit status after Ctrl-D")
+    finally:
+        s.close()
+
+
+def t_pipe():
+    p = subprocess.run([BIN, "chat", "-m", MODEL, "-c", "512", "-t", "1", "--temp", "0", "-n", "12"],
+                       input=b"What is 2+2?\n\nName a color.\n", capture_output=True, timeout=60)
+    check(p.returncode == 0, f"exit status {p.returncode}: {p.stderr[-300:]!r}")
+    check(len(STATS.findall(p.stderr)) == 2, f"two answers expected: {p.stderr!r}")
+    check(b"> " not in p.stdout, "a prompt was written to a pipe")
+    check(len(p.stdout.strip().split(b"\n")) >= 2, f"answers: {p.stdout!r}")
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print(f"  skip chat tty tests: model {MODEL} not found")
+    elif not os.access(BIN, os.X_OK):
+        RESULTS["fail"] += 1
+        print(f"  FAIL chat tty tests: {BIN} is not built")
+    else:
+        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("eof", t_eof), ("pipe", t_pipe)]:
+            run(name, fn)
+    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+    return 1 if RESULTS["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
