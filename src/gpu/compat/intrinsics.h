@@ -1,0 +1,190 @@
+// intrinsics.h: the device intrinsics of the compat layer (included by compat.h
+// after the vendor header). Each function picks the target's instruction under
+// a guard for that target and falls back to its portable.h twin everywhere
+// else; STRATA_PORTABLE_INTRINSICS forces the portable form on every target, so
+// the SPIR-V arithmetic path can be run and timed on any GPU.
+//
+//   function       CUDA                 AMD gfx                         SPIR-V
+//   st_dp4a        __dp4a (sm_61+)      v_dot4_i32_i8 (gfx906/908/90a/  portable, or OpSDot
+//                                       942/950, gfx1011/1012, gfx103x); with STRATA_SPIRV_DOT4
+//                                       v_dot4_i32_iu8 (gfx11, gfx12)
+//   st_byte_perm   __byte_perm          v_perm_b32, selector translated portable byte-table
+//   st_vsub4       __vsub4              portable (SWAR)                 portable (SWAR)
+//   st_vsubss4     __vsubss4            portable                        portable
+//   st_spin_pause  __nanosleep (sm_70+) s_sleep 1                       system-scope fence
+//   shuffles       __shfl_*_sync, full  __shfl_* (non-sync)             __shfl_* (non-sync)
+#ifndef STRATA_GPU_COMPAT_INTRINSICS_H
+#define STRATA_GPU_COMPAT_INTRINSICS_H
+
+// --- int8 dot product ------------------------------------------------------------
+
+// AMD targets with v_dot4_i32_i8 (dot1-insts), as checked against clang 22.
+#if defined(__AMDGCN__) &&                                                          \
+    (defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) ||           \
+     defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1011__) ||          \
+     defined(__gfx1012__) || defined(__gfx1030__) || defined(__gfx1031__) ||        \
+     defined(__gfx1032__) || defined(__gfx1033__) || defined(__gfx1034__) ||        \
+     defined(__gfx1035__) || defined(__gfx1036__))
+#define ST_AMD_SDOT4 1
+// gfx11 and gfx12 dropped v_dot4_i32_i8 for v_dot4_i32_iu8 (dot8-insts), whose
+// per-operand sign flags give the same signed product.
+#elif defined(__AMDGCN__) && (defined(__GFX11__) || defined(__GFX12__))
+#define ST_AMD_SUDOT4 1
+#endif
+
+// c + the dot product of the four signed bytes of a and b, wrapping modulo 2^32
+// (CUDA __dp4a).
+static __device__ __forceinline__ int st_dp4a(int a, int b, int c) {
+#if defined(STRATA_PORTABLE_INTRINSICS)
+    return st_dp4a_portable(a, b, c);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+    return __dp4a(a, b, c);
+#elif defined(__AMDGCN__) && defined(ST_AMD_SDOT4)
+    return __builtin_amdgcn_sdot4(a, b, c, false); // clamp off: wraps like __dp4a
+#elif defined(__AMDGCN__) && defined(ST_AMD_SUDOT4)
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#elif defined(ST_TARGET_SPIRV) && defined(STRATA_SPIRV_DOT4)
+    // OpSDot (SPV_KHR_integer_dot_product) never overflows for 4 x 8 bits; the
+    // accumulation wraps through unsigned like __dp4a.
+    return (int)((unsigned)c + (unsigned)dot_4x8packed_ss_int((unsigned)a, (unsigned)b));
+#else
+    return st_dp4a_portable(a, b, c);
+#endif
+}
+
+// --- byte permute -----------------------------------------------------------------
+
+// CUDA __byte_perm(x, y, s): see st_byte_perm_portable for the exact semantics
+// (selector bit 3 of each nibble ignored).
+static __device__ __forceinline__ unsigned st_byte_perm(unsigned x, unsigned y, unsigned s) {
+#if defined(STRATA_PORTABLE_INTRINSICS)
+    return st_byte_perm_portable(x, y, s);
+#elif defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, s);
+#elif defined(__AMDGCN__)
+    // v_perm_b32 (GFX8+) reads {S0, S1} with S1 as bytes 0-3 and one selector
+    // byte per result byte; st_amd_perm_selector is exact for every s.
+    return __builtin_amdgcn_perm(y, x, st_amd_perm_selector(s));
+#else
+    return st_byte_perm_portable(x, y, s);
+#endif
+}
+
+// --- SWAR byte arithmetic -----------------------------------------------------------
+
+// Per-byte a - b modulo 256 (CUDA __vsub4).
+static __device__ __forceinline__ unsigned st_vsub4(unsigned a, unsigned b) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__)
+    return __vsub4(a, b);
+#else
+    return st_vsub4_portable(a, b);
+#endif
+}
+
+// Per-byte signed a - b saturated to [-128, 127] (CUDA __vsubss4).
+static __device__ __forceinline__ unsigned st_vsubss4(unsigned a, unsigned b) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__)
+    return __vsubss4(a, b);
+#else
+    return st_vsubss4_portable(a, b);
+#endif
+}
+
+// --- spin-waiting -------------------------------------------------------------------
+
+// One pause inside a spin-wait loop. On SPIR-V (and in the portable build) it
+// is a system-scope fence, so a flag written by the host or another device
+// becomes visible: Intel GPUs need it for the loop to make progress.
+static __device__ __forceinline__ void st_spin_pause(void) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    __nanosleep(100);
+#elif !defined(STRATA_PORTABLE_INTRINSICS) && defined(__AMDGCN__)
+    __builtin_amdgcn_s_sleep(1); // about 64 clocks
+#else
+    __threadfence_system();
+#endif
+}
+
+// Evaluates pred() up to max_iters + 1 times with st_spin_pause() between
+// tries; returns whether it became true. No spin in this project is unbounded
+// (an unbounded spin can hang or reset a GPU): on false the caller gives up
+// and reports, e.g. through an error flag the host reads.
+template <typename Pred>
+static __device__ __forceinline__ bool st_spin_until(Pred pred, unsigned max_iters) {
+    for (unsigned i = 0; i < max_iters; i++) {
+        if (pred()) return true;
+        st_spin_pause();
+    }
+    return pred();
+}
+
+// bool ST_SPIN_UNTIL(cond, max_iters): st_spin_until over the expression cond,
+// re-evaluated each try (read flags through volatile or atomic loads).
+#define ST_SPIN_UNTIL(cond, max_iters) st_spin_until([&]() -> bool { return (cond); }, (max_iters))
+
+// --- shuffles and warp reductions ---------------------------------------------------
+// Every lane of the warp takes part (full mask; HIP traps on a partial one) and
+// width is explicit: a power of two <= ST_WARP_SIZE, lanes exchange within
+// aligned groups of width lanes.
+
+#if defined(ST_TARGET_CUDA)
+#define ST_SHFL_XOR_(v, m, w) __shfl_xor_sync(0xffffffffu, (v), (m), (w))
+#define ST_SHFL_DOWN_(v, d, w) __shfl_down_sync(0xffffffffu, (v), (d), (w))
+#define ST_SHFL_IDX_(v, l, w) __shfl_sync(0xffffffffu, (v), (l), (w))
+#else
+#define ST_SHFL_XOR_(v, m, w) __shfl_xor((v), (m), (w))
+#define ST_SHFL_DOWN_(v, d, w) __shfl_down((v), (d), (w))
+#define ST_SHFL_IDX_(v, l, w) __shfl((v), (l), (w))
+#endif
+
+// v of lane (this lane ^ lane_mask).
+static __device__ __forceinline__ float st_shfl_xor(float v, int lane_mask, int width) {
+    return ST_SHFL_XOR_(v, lane_mask, width);
+}
+static __device__ __forceinline__ int st_shfl_xor(int v, int lane_mask, int width) {
+    return ST_SHFL_XOR_(v, lane_mask, width);
+}
+static __device__ __forceinline__ unsigned st_shfl_xor(unsigned v, int lane_mask, int width) {
+    return ST_SHFL_XOR_(v, lane_mask, width);
+}
+// v of lane (this lane + delta); lanes past the end of their group keep v.
+static __device__ __forceinline__ float st_shfl_down(float v, int delta, int width) {
+    return ST_SHFL_DOWN_(v, (unsigned)delta, width);
+}
+static __device__ __forceinline__ int st_shfl_down(int v, int delta, int width) {
+    return ST_SHFL_DOWN_(v, (unsigned)delta, width);
+}
+static __device__ __forceinline__ unsigned st_shfl_down(unsigned v, int delta, int width) {
+    return ST_SHFL_DOWN_(v, (unsigned)delta, width);
+}
+// v of lane src_lane of this lane's group (src_lane taken modulo width).
+static __device__ __forceinline__ float st_shfl(float v, int src_lane, int width) {
+    return ST_SHFL_IDX_(v, src_lane, width);
+}
+static __device__ __forceinline__ int st_shfl(int v, int src_lane, int width) {
+    return ST_SHFL_IDX_(v, src_lane, width);
+}
+static __device__ __forceinline__ unsigned st_shfl(unsigned v, int src_lane, int width) {
+    return ST_SHFL_IDX_(v, src_lane, width);
+}
+
+// Sum / max over each group of width lanes (butterfly: every lane of the group
+// gets the result). The float sum's rounding depends on the order, which is the
+// same on every target for a given width.
+static __device__ __forceinline__ float st_warp_sum_f32(float v, int width) {
+    for (int m = width >> 1; m > 0; m >>= 1) v += st_shfl_xor(v, m, width);
+    return v;
+}
+// fmaxf semantics: a NaN lane loses to any number.
+static __device__ __forceinline__ float st_warp_max_f32(float v, int width) {
+    for (int m = width >> 1; m > 0; m >>= 1) v = fmaxf(v, st_shfl_xor(v, m, width));
+    return v;
+}
+// Wraps modulo 2^32 on overflow.
+static __device__ __forceinline__ int st_warp_sum_i32(int v, int width) {
+    for (int m = width >> 1; m > 0; m >>= 1)
+        v = (int)((unsigned)v + (unsigned)st_shfl_xor(v, m, width));
+    return v;
+}
+
+#endif

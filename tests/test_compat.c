@@ -1,0 +1,262 @@
+// test_compat.c: the portable forms of the GPU intrinsics (src/gpu/compat/
+// portable.h, the very code the device runs where a target has no native
+// instruction) against models of the CUDA semantics written here from the
+// CUDA/PTX documentation, independently of the implementation:
+//   __dp4a(a, b, c)       c + sum of the four signed byte products, mod 2^32
+//   __byte_perm(x, y, s)  byte n = byte (s >> 4n) & 7 of {y, x}; bit 3 of each
+//                         nibble ignored (nvcc masks the selector with 0x7777)
+//   __vsub4, __vsubss4    per-byte wrapping / signed saturating subtraction
+// and the AMD selector translation against a model of v_perm_b32 written from
+// AMD's ISA description: translate + v_perm_b32 == __byte_perm for every
+// selector. Random inputs use a fresh seed each run (STRATA_SEED to repeat).
+#include "test.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu/compat/portable.h"
+
+// --- random numbers -------------------------------------------------------------------
+static uint64_t rng_state;
+
+static uint32_t rng_u32(void) {
+    // splitmix64
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+// --- models -------------------------------------------------------------------------------
+// The bytes of w, least significant first.
+static void model_bytes(uint32_t w, uint8_t out[4]) {
+    for (int i = 0; i < 4; i++) out[i] = (uint8_t)(w >> (8 * i));
+}
+
+static int32_t model_dp4a(uint32_t a, uint32_t b, int32_t c) {
+    uint8_t ab[4], bb[4];
+    model_bytes(a, ab);
+    model_bytes(b, bb);
+    int64_t sum = c;
+    for (int i = 0; i < 4; i++) {
+        int sa = ab[i] < 128 ? ab[i] : ab[i] - 256;
+        int sb = bb[i] < 128 ? bb[i] : bb[i] - 256;
+        sum += (int64_t)sa * sb;
+    }
+    uint32_t wrapped = (uint32_t)((uint64_t)sum & 0xffffffffull);
+    int32_t r;
+    memcpy(&r, &wrapped, sizeof r);
+    return r;
+}
+
+static uint32_t model_byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    uint8_t input[8];
+    model_bytes(x, input);
+    model_bytes(y, input + 4);
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) {
+        unsigned selector = (s >> (4 * n)) & 0x7u;
+        r |= (uint32_t)input[selector] << (8 * n);
+    }
+    return r;
+}
+
+// AMD v_perm_b32 D, S0, S1, S2: byte n of D = BYTE_PERMUTE({S0, S1}, S2[8n+7:8n])
+// where the 64-bit {S0, S1} has S1 in bits 0-31, and a selector byte sel gives
+//   0-7: byte sel of {S0, S1};  8, 9, 10, 11: 0xff if bit 15, 31, 47, 63 is set
+//   (the sign of byte 1, 3, 5, 7), else 0x00;  12: 0x00;  13-255: 0xff.
+static uint32_t model_v_perm_b32(uint32_t s0, uint32_t s1, uint32_t s2) {
+    uint64_t data = ((uint64_t)s0 << 32) | s1;
+    uint32_t d = 0;
+    for (int n = 0; n < 4; n++) {
+        unsigned sel = (s2 >> (8 * n)) & 0xffu;
+        uint32_t byte;
+        if (sel >= 13) byte = 0xff;
+        else if (sel == 12) byte = 0x00;
+        else if (sel >= 8) byte = ((data >> (16 * (sel - 8) + 15)) & 1) ? 0xff : 0x00;
+        else byte = (uint32_t)(data >> (8 * sel)) & 0xff;
+        d |= byte << (8 * n);
+    }
+    return d;
+}
+
+static uint32_t model_vsub4(uint32_t a, uint32_t b) {
+    uint8_t ab[4], bb[4];
+    model_bytes(a, ab);
+    model_bytes(b, bb);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)(uint8_t)(ab[i] - bb[i]) << (8 * i);
+    return r;
+}
+
+static uint32_t model_vsubss4(uint32_t a, uint32_t b) {
+    uint8_t ab[4], bb[4];
+    model_bytes(a, ab);
+    model_bytes(b, bb);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = (ab[i] < 128 ? ab[i] : ab[i] - 256) - (bb[i] < 128 ? bb[i] : bb[i] - 256);
+        if (d > 127) d = 127;
+        if (d < -128) d = -128;
+        r |= (uint32_t)(d & 0xff) << (8 * i);
+    }
+    return r;
+}
+
+// --- dp4a ------------------------------------------------------------------------------------
+static const int32_t acc_cases[] = {0, 1, -1, 123456789, INT32_MAX, INT32_MIN, INT32_MAX - 3,
+                                    INT32_MIN + 5};
+#define N_ACC ((int)(sizeof acc_cases / sizeof acc_cases[0]))
+
+// Every word whose four bytes are edge values, as both operands: 5^8 pairs.
+static void test_dp4a_edge_bytes_exhaustive(void) {
+    static const int8_t edge[5] = {-128, -1, 0, 1, 127};
+    uint32_t words[625];
+    int n = 0;
+    for (int i0 = 0; i0 < 5; i0++)
+        for (int i1 = 0; i1 < 5; i1++)
+            for (int i2 = 0; i2 < 5; i2++)
+                for (int i3 = 0; i3 < 5; i3++)
+                    words[n++] = (uint32_t)(uint8_t)edge[i0] | (uint32_t)(uint8_t)edge[i1] << 8 |
+                                 (uint32_t)(uint8_t)edge[i2] << 16 |
+                                 (uint32_t)(uint8_t)edge[i3] << 24;
+    long bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            int32_t c = acc_cases[(i + j) % N_ACC];
+            int32_t want = model_dp4a(words[i], words[j], c);
+            int got = st_dp4a_portable((int)words[i], (int)words[j], c);
+            if (got != want && bad++ == 0)
+                CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", words[i], words[j], c, got,
+                      want);
+        }
+    CHECK(bad == 0, "%ld of %d edge-byte pairs wrong", bad, n * n);
+}
+
+static void test_dp4a_random(void) {
+    long bad = 0;
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t a = rng_u32(), b = rng_u32();
+        int32_t c = (int32_t)rng_u32();
+        if (i % 4 == 0) c = acc_cases[i / 4 % N_ACC];
+        int32_t want = model_dp4a(a, b, c);
+        int got = st_dp4a_portable((int)a, (int)b, c);
+        if (got != want && bad++ == 0)
+            CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", a, b, c, got, want);
+    }
+    CHECK(bad == 0, "%ld random cases wrong", bad);
+}
+
+// The accumulation wraps modulo 2^32 in both directions.
+static void test_dp4a_wraparound(void) {
+    const uint32_t max_pos = 0x80808080u; // (-128)^2 * 4 = +65536
+    const uint32_t neg_one = 0x7f7f7f7fu; // with 0x80808080: 127 * -128 * 4 = -65024
+    int32_t got = st_dp4a_portable((int)max_pos, (int)max_pos, INT32_MAX);
+    CHECK(got == model_dp4a(max_pos, max_pos, INT32_MAX), "INT32_MAX + 65536 gave %d", got);
+    CHECK(got < 0, "INT32_MAX + 65536 must wrap negative, gave %d", got);
+    got = st_dp4a_portable((int)neg_one, (int)max_pos, INT32_MIN);
+    CHECK(got == model_dp4a(neg_one, max_pos, INT32_MIN), "INT32_MIN - 65024 gave %d", got);
+    CHECK(got > 0, "INT32_MIN - 65024 must wrap positive, gave %d", got);
+}
+
+// --- byte_perm --------------------------------------------------------------------------------
+// Every 16-bit selector (all 16 values of each nibble in each position,
+// sign-replicate nibbles 8-15 included) on inputs whose eight bytes are all
+// different and mix set and clear sign bits, with junk in the ignored bits 16-31.
+static void test_byte_perm_all_selectors(void) {
+    static const uint32_t xs[] = {0x83f27a01u, 0x00000000u, 0xffffffffu, 0x7f80ff01u};
+    static const uint32_t ys[] = {0x0c5db4e9u, 0xffffffffu, 0x00000000u, 0x807f01ffu};
+    long bad = 0;
+    for (int k = 0; k < 4; k++)
+        for (uint32_t s = 0; s < 0x10000u; s++) {
+            uint32_t sel = s | (rng_u32() & 0xffff0000u);
+            uint32_t want = model_byte_perm(xs[k], ys[k], sel);
+            uint32_t got = st_byte_perm_portable(xs[k], ys[k], sel);
+            if (got != want && bad++ == 0)
+                CHECK(0, "byte_perm(0x%08x, 0x%08x, 0x%08x) = 0x%08x, want 0x%08x", xs[k], ys[k],
+                      sel, got, want);
+        }
+    CHECK(bad == 0, "%ld selector cases wrong", bad);
+}
+
+static void test_byte_perm_random(void) {
+    long bad = 0;
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t x = rng_u32(), y = rng_u32(), s = rng_u32();
+        uint32_t want = model_byte_perm(x, y, s);
+        uint32_t got = st_byte_perm_portable(x, y, s);
+        if (got != want && bad++ == 0)
+            CHECK(0, "byte_perm(0x%08x, 0x%08x, 0x%08x) = 0x%08x, want 0x%08x", x, y, s, got, want);
+    }
+    CHECK(bad == 0, "%ld random cases wrong", bad);
+}
+
+// The AMD path computes __builtin_amdgcn_perm(y, x, st_amd_perm_selector(s)):
+// on v_perm_b32 that must equal __byte_perm(x, y, s) for every selector.
+static void test_amd_perm_translation(void) {
+    static const uint32_t xs[] = {0x83f27a01u, 0x80808080u, 0x7f7f7f7fu};
+    static const uint32_t ys[] = {0x0c5db4e9u, 0x7f7f7f7fu, 0x80808080u};
+    long bad = 0;
+    for (int k = 0; k < 3 + 64; k++) {
+        uint32_t x = k < 3 ? xs[k] : rng_u32(), y = k < 3 ? ys[k] : rng_u32();
+        for (uint32_t s = 0; s < 0x10000u; s++) {
+            uint32_t sel = s | (rng_u32() & 0xffff0000u);
+            uint32_t want = model_byte_perm(x, y, sel);
+            uint32_t got = model_v_perm_b32(y, x, st_amd_perm_selector(sel));
+            if (got != want && bad++ == 0)
+                CHECK(0, "v_perm_b32 of selector 0x%08x (from 0x%08x) on x=0x%08x y=0x%08x "
+                      "gives 0x%08x, __byte_perm gives 0x%08x",
+                      st_amd_perm_selector(sel), sel, x, y, got, want);
+        }
+    }
+    CHECK(bad == 0, "%ld translated selectors wrong", bad);
+}
+
+// --- SWAR byte arithmetic ---------------------------------------------------------------------
+// Lanes 0 and 1 run over every byte pair; lanes 2 and 3 over every pair too,
+// in another order.
+static void test_swar_sub_exhaustive(void) {
+    long bad4 = 0, badss = 0;
+    for (uint32_t p = 0; p < 256; p++)
+        for (uint32_t q = 0; q < 256; q++) {
+            uint32_t a = p | q << 8 | (p ^ 0x5au) << 16 | (q ^ 0xc3u) << 24;
+            uint32_t b = q | p << 8 | (q ^ 0xa5u) << 16 | (p ^ 0x3cu) << 24;
+            uint32_t got = st_vsub4_portable(a, b), want = model_vsub4(a, b);
+            if (got != want && bad4++ == 0)
+                CHECK(0, "vsub4(0x%08x, 0x%08x) = 0x%08x, want 0x%08x", a, b, got, want);
+            got = st_vsubss4_portable(a, b);
+            want = model_vsubss4(a, b);
+            if (got != want && badss++ == 0)
+                CHECK(0, "vsubss4(0x%08x, 0x%08x) = 0x%08x, want 0x%08x", a, b, got, want);
+        }
+    CHECK(bad4 == 0 && badss == 0, "vsub4: %ld wrong, vsubss4: %ld wrong", bad4, badss);
+}
+
+static void test_swar_sub_random(void) {
+    long bad = 0;
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t a = rng_u32(), b = rng_u32();
+        if (st_vsub4_portable(a, b) != model_vsub4(a, b) ||
+            st_vsubss4_portable(a, b) != model_vsubss4(a, b)) {
+            if (bad++ == 0) CHECK(0, "vsub4/vsubss4 wrong for 0x%08x, 0x%08x", a, b);
+        }
+    }
+    CHECK(bad == 0, "%ld random cases wrong", bad);
+}
+
+int main(void) {
+    const char *env = getenv("STRATA_SEED");
+    rng_state = env && *env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    printf("seed %" PRIu64 " (STRATA_SEED to repeat)\n", rng_state);
+    RUN(test_dp4a_edge_bytes_exhaustive);
+    RUN(test_dp4a_random);
+    RUN(test_dp4a_wraparound);
+    RUN(test_byte_perm_all_selectors);
+    RUN(test_byte_perm_random);
+    RUN(test_amd_perm_translation);
+    RUN(test_swar_sub_exhaustive);
+    RUN(test_swar_sub_random);
+    TEST_END();
+}
