@@ -14,6 +14,7 @@ BUILD   := build
 LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
 LIB_SRC := $(filter-out src/main.c,$(LIB_SRC))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+include mk/gpu.mk
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 TOOLS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
 

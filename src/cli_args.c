@@ -61,7 +61,7 @@ const char cli_model_opts_help[] =
     "  -c, --ctx-size N       context size in tokens (default: 4096, or the model's own if smaller)\n"
     "  -t, --threads N        CPU threads (default: every core)\n"
     "  -b, --batch-size N     prompt tokens per forward pass (default: 512)\n"
-    "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda or hip (default: auto)\n"
+    "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
     "      --temp T           temperature; 0 picks the most likely token (default: 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default: 40)\n"
     "      --top-p P          keep the smallest set with probability >= P; 1 = off (default: 0.95)\n"
@@ -99,10 +99,10 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         o->n_batch = (int)n;
     } else if (IS("--backend", NULL)) {
         VALUE();
-        static const char *known[] = {"auto", "cpu", "cpu-ref", "cuda", "hip"};
+        static const char *known[] = {"auto", "cpu", "cpu-ref", "cuda", "hip", "spirv"};
         bool ok = false;
         for (size_t k = 0; k < sizeof known / sizeof *known; k++) ok |= !strcmp(v, known[k]);
-        if (!ok) return st_fail("--backend: unknown backend '%s' (known: auto, cpu, cpu-ref, cuda, hip)", v);
+        if (!ok) return st_fail("--backend: unknown backend '%s' (known: auto, cpu, cpu-ref, cuda, hip, spirv)", v);
         o->backend = v;
     } else if (IS("--temp", NULL)) {
         VALUE();
@@ -157,17 +157,34 @@ static uint64_t mem_available(void) {
     return kb * 1024;
 }
 
+#ifdef STRATA_GPU
+#include "gpu/gpu.h"
+#endif
+
+// Opens the backend named by --backend. auto: the first GPU when this build
+// has a GPU backend and a usable device, else the CPU (saying why on stderr).
 static struct backend *open_backend(const char *name, int n_threads) {
-    if (!strcmp(name, "auto") || !strcmp(name, "cpu")) return backend_cpu_init(n_threads);
+    if (!strcmp(name, "cpu")) return backend_cpu_init(n_threads);
     if (!strcmp(name, "cpu-ref")) return backend_cpu_ref_init();
-    if (!strcmp(name, "cuda") || !strcmp(name, "hip")) {
-        st_fail("--backend %s: this build of strata has no GPU backend; rebuild with "
-                "`make GPU=%s`",
-                name, name);
-        return NULL;
+#ifdef STRATA_GPU
+    const bool is_auto = !strcmp(name, "auto");
+    if (is_auto || !strcmp(name, gpu_platform_name())) {
+        char warn[512];
+        struct backend *be = gpu_device_count() > 0 ? backend_gpu_init(0, warn, sizeof warn) : NULL;
+        if (be && warn[0]) fprintf(stderr, "strata: warning: %s\n", warn);
+        if (be || !is_auto) return be;
+        fprintf(stderr, "strata: no usable GPU (%s); running on the CPU\n", st_last_error());
+        return backend_cpu_init(n_threads);
     }
-    st_fail("--backend: unknown backend '%s' (known: auto, cpu, cpu-ref, cuda, hip)", name);
+    st_fail("--backend %s: this build's GPU backend is %s; rebuild with `make GPU=%s`", name,
+            gpu_platform_name(), name);
     return NULL;
+#else
+    if (!strcmp(name, "auto")) return backend_cpu_init(n_threads);
+    st_fail("--backend %s: this build of strata has no GPU backend; rebuild with `make GPU=%s`",
+            name, name);
+    return NULL;
+#endif
 }
 
 int cli_open(const struct cli_model_opts *o, struct model **m, struct backend **be,
@@ -185,18 +202,29 @@ int cli_open(const struct cli_model_opts *o, struct model **m, struct backend **
                 "strata: warning: context %d is longer than the %d tokens the model was trained "
                 "on; quality may drop past that\n",
                 n_ctx, (*m)->hp.n_ctx_train);
-    const uint64_t kv = model_kv_bytes(*m, n_ctx);
-    const uint64_t avail = mem_available();
-    const uint64_t per_pos = model_kv_bytes(*m, 1);
-    if (avail && kv > avail) {
-        uint64_t fit = avail / 2 / per_pos;
-        st_fail("-c %d needs %.2f GiB of KV cache but only %.2f GiB of memory is available; use "
-                "-c %" PRIu64 " or less",
-                n_ctx, kv / 1073741824.0, avail / 1073741824.0, fit);
-        goto fail;
-    }
     *be = open_backend(o->backend, o->n_threads);
     if (!*be) goto fail;
+    const uint64_t kv = model_kv_bytes(*m, n_ctx);
+    const struct model_hparams *hp = &(*m)->hp;
+    const uint64_t nb = (uint64_t)(o->n_batch < n_ctx ? o->n_batch : n_ctx);
+    const uint64_t scratch = sizeof(float) * nb *
+                             (3ull * hp->n_embd + 2ull * hp->n_head * hp->head_dim +
+                              2ull * hp->n_head_kv * hp->head_dim + 2ull * hp->n_ff + hp->n_vocab);
+    if (strncmp((*be)->name, "cpu", 3)) {
+#ifdef STRATA_GPU
+        if (gpu_memory_plan(0, (*m)->weight_bytes, kv, n_ctx, scratch)) goto fail;
+#endif
+    } else {
+        const uint64_t avail = mem_available();
+        const uint64_t per_pos = model_kv_bytes(*m, 1);
+        if (avail && kv + scratch > avail) {
+            uint64_t fit = avail / 2 / per_pos;
+            st_fail("-c %d needs %.2f GiB of KV cache but only %.2f GiB of memory is available; "
+                    "use -c %" PRIu64 " or less",
+                    n_ctx, kv / 1073741824.0, avail / 1073741824.0, fit);
+            goto fail;
+        }
+    }
     if (context_init(*m, *be, n_ctx, o->n_batch, ctx)) goto fail;
     return 0;
 fail:

@@ -1,11 +1,15 @@
 // cli_info.c: `strata info MODEL`, a readable dump of a GGUF file's header,
 // metadata and tensor table, with long strings and arrays abbreviated.
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#ifdef STRATA_GPU
+#include "gpu/gpu.h"
+#endif
 #include "gguf.h"
 #include "quant.h"
 #include "util.h"
@@ -17,6 +21,7 @@
 
 static const char info_usage[] =
     "usage: strata info [--help] MODEL\n"
+    "       strata info --devices\n"
     "\n"
     "Prints what a GGUF model file holds: its version, counts and alignment; every\n"
     "metadata key with its type and value (long strings and arrays abbreviated,\n"
@@ -26,10 +31,13 @@ static const char info_usage[] =
     "or truncated file is reported with the field at fault.\n"
     "\n"
     "options:\n"
+    "  --devices    list the GPUs this build can use, each with its architecture,\n"
+    "               class (validated, unvalidated, unsupported) and what to do\n"
     "  -h, --help   show this help\n";
 
 struct info_opts {
     const char *model;
+    bool devices;
 };
 
 // Returns 0 to go on, or the exit status to return now (0 after --help, 2 on bad arguments).
@@ -41,6 +49,10 @@ static int info_parse_args(int argc, char **argv, struct info_opts *o, int *stat
             fputs(info_usage, stdout);
             *status = 0;
             return 1;
+        }
+        if (strcmp(a, "--devices") == 0) {
+            o->devices = true;
+            continue;
         }
         if (a[0] == '-' && a[1] != 0) {
             fprintf(stderr, "strata info: unknown option '%s'; see strata info --help\n", a);
@@ -54,11 +66,45 @@ static int info_parse_args(int argc, char **argv, struct info_opts *o, int *stat
         }
         o->model = a;
     }
-    if (!o->model) {
+    if (o->devices && o->model) {
+        fprintf(stderr, "strata info: --devices takes no model; see strata info --help\n");
+        *status = 2;
+        return 1;
+    }
+    if (!o->model && !o->devices) {
         fprintf(stderr, "strata info: no model given; usage: strata info [--help] MODEL\n");
         *status = 2;
         return 1;
     }
+    return 0;
+}
+
+// Lists the GPUs (builds with a GPU backend) and their classes.
+static int print_devices(void) {
+#ifdef STRATA_GPU
+    int n = gpu_device_count();
+    printf("GPU backend: %s\n", gpu_platform_name());
+    if (n <= 0) {
+        printf("no devices: %s\n", st_last_error());
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        struct gpu_device_info d;
+        if (gpu_device_query(i, &d)) {
+            printf("device %d: %s\n", i, st_last_error());
+            continue;
+        }
+        printf("device %d: %s | %s | warp %d | %d SMs | %.1f GiB free of %.1f GiB | code %s | "
+               "%s\n",
+               i, d.name, d.arch, d.warp_size, d.n_sm, d.free_bytes / 1073741824.0,
+               d.total_bytes / 1073741824.0, d.has_code ? "yes" : "no",
+               gpu_policy_name(d.policy));
+        if (d.note[0]) printf("  %s\n", d.note);
+    }
+#else
+    printf("GPU backend: none in this build (the CPU backend is always there); build one with "
+           "`make GPU=cuda`, `make GPU=hip` or `make GPU=spirv` (docs/BACKENDS.md)\n");
+#endif
     return 0;
 }
 
@@ -234,6 +280,7 @@ int cli_info(int argc, char **argv) {
     struct info_opts o;
     int status;
     if (info_parse_args(argc, argv, &o, &status)) return status;
+    if (o.devices) return print_devices();
     struct gguf_file *f;
     if (gguf_open(o.model, &f)) {
         fprintf(stderr, "strata info: %s\n", st_last_error());

@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // --- errors -----------------------------------------------------------------
 // Library code never exits: a failing function records a message with st_fail()
 // and returns its error value; only main() prints st_last_error() and exits.
@@ -20,7 +24,7 @@ const char *st_last_error(void);
     do {                                                                       \
         if (!(cond)) st_assert_fail(#cond, __FILE__, __LINE__);                \
     } while (0)
-_Noreturn void st_assert_fail(const char *expr, const char *file, int line);
+__attribute__((noreturn)) void st_assert_fail(const char *expr, const char *file, int line);
 
 // malloc/calloc that abort with a message on exhaustion of tiny bookkeeping
 // allocations; large buffers sized by input use plain malloc and report errors.
@@ -38,5 +42,9 @@ uint16_t st_f32_to_bf16(float f);
 // --- time -----------------------------------------------------------------------
 // Monotonic seconds.
 double st_time_s(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

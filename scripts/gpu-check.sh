@@ -1,0 +1,178 @@
+#!/bin/sh
+# gpu-check.sh LOGDIR: the whole GPU check on an NVIDIA machine, in one go:
+#   1. builds for CUDA_ARCH (default sm_90), native and with
+#      STRATA_PORTABLE_INTRINSICS=1 (the SPIR-V arithmetic path), and checks
+#      the machine code: dp4a instructions in the native build, none in the other;
+#   2. the op harness (every op x type x shape against the CPU reference) on
+#      the GPU in both builds;
+#   3. compute-sanitizer memcheck over the op harness's GPU cases;
+#   4. model parity: GPU logits and greedy tokens against the CPU backends, on
+#      the test model when present and on a synthetic model of its shape;
+#   5. benchmarks: the read-bandwidth ceiling and matrix x vector GB/s as a
+#      fraction of it, both builds (and, with NCU=1, kernel profiles).
+# Full logs go to LOGDIR; a short table is printed last. Exit status 0 when
+# every step passed.
+#
+# Environment: CUDA_ARCH, MAKEFILE (default Makefile, which must include
+# mk/gpu.mk), NATIVE_BUILD / PORTABLE_BUILD (build folders, default
+# build/gpu-native and build/gpu-portable), SKIP_BUILD=1 to use binaries already
+# there when they run, STRATA_TEST_MODEL (default the test model path),
+# SKIP_PERF=1, SKIP_MEMCHECK=1, MEMCHECK_TIMEOUT (seconds, default 300), NCU=1
+# to profile one product of each target type with Nsight Compute.
+set -u
+LOG=${1:?usage: scripts/gpu-check.sh LOGDIR}
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+cd "$(dirname "$0")/.." || exit 1
+CUDA_ARCH=${CUDA_ARCH:-sm_90}
+MAKEFILE=${MAKEFILE:-Makefile}
+NATIVE=${NATIVE_BUILD:-build/gpu-native}
+PORTABLE=${PORTABLE_BUILD:-build/gpu-portable}
+MODEL=${STRATA_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+JOBS=$(nproc 2>/dev/null || echo 4)
+SUMMARY="$LOG/summary.txt"
+: >"$SUMMARY"
+failed=0
+
+row() { # step, result, detail
+    printf '%s|%s|%s\n' "$1" "$2" "$3" >>"$SUMMARY"
+    [ "$2" = FAIL ] && failed=1
+    return 0
+}
+
+# The RESULT line of a harness log as "passed N failed M".
+result_of() { grep '^RESULT ' "$1" | tail -n 1 | awk '{print "passed " $2 ", failed " $3}'; }
+
+{
+    date
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+    nvcc --version | tail -n 2
+} >"$LOG/machine.txt" 2>&1
+row machine info "$(grep -m1 GPU "$LOG/machine.txt" | cut -c1-60)"
+
+# --- 1. build -------------------------------------------------------------------
+build() { # name, build dir, extra make arguments
+    name=$1 dir=$2
+    shift 2
+    if [ "${SKIP_BUILD:-0}" = 1 ] && [ -x "$dir/tests/test_ops" ]; then
+        "$dir/tests/test_ops" --probe >/dev/null 2>&1
+        if [ $? -eq 2 ]; then
+            row "build $name" ok "prebuilt $dir"
+            return 0
+        fi
+    fi
+    t0=$(date +%s)
+    if make -f "$MAKEFILE" GPU=cuda CUDA_ARCH="$CUDA_ARCH" BUILD="$dir" "$@" -j"$JOBS" \
+        "$dir/strata" "$dir/tests/test_ops" "$dir/tests/tool_parity" >"$LOG/build-$name.log" 2>&1; then
+        row "build $name" ok "$CUDA_ARCH, $(($(date +%s) - t0)) s"
+    else
+        row "build $name" FAIL "see build-$name.log"
+        return 1
+    fi
+}
+build native "$NATIVE"
+build portable "$PORTABLE" STRATA_PORTABLE_INTRINSICS=1
+
+# dp4a in the machine code of the products: native has it, portable must not
+for v in native portable; do
+    dir=$NATIVE
+    [ $v = portable ] && dir=$PORTABLE
+    if [ -f "$dir/src/gpu/mmvq.o" ]; then
+        n=$(cuobjdump --dump-sass "$dir/src/gpu/mmvq.o" 2>"$LOG/sass-$v.err" | grep -cE 'IDP\.?4A')
+        want="> 0"
+        ok=$([ "$n" -gt 0 ] && echo ok || echo FAIL)
+        if [ $v = portable ]; then
+            want="= 0"
+            ok=$([ "$n" -eq 0 ] && echo ok || echo FAIL)
+        fi
+        row "sass $v" "$ok" "IDP4A in mmvq.o: $n (want $want)"
+    fi
+done
+
+# --- 2. op harness ------------------------------------------------------------------
+for v in native portable; do
+    dir=$NATIVE
+    [ $v = portable ] && dir=$PORTABLE
+    if "$dir/tests/test_ops" --require-gpu >"$LOG/ops-$v.log" 2>&1; then
+        row "op harness $v" ok "$(result_of "$LOG/ops-$v.log"), $(head -n 1 "$LOG/ops-$v.log")"
+    else
+        row "op harness $v" FAIL "$(result_of "$LOG/ops-$v.log"), see ops-$v.log"
+    fi
+done
+
+# --- 3. memcheck ----------------------------------------------------------------------
+if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
+    timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+        "$NATIVE/tests/test_ops" --require-gpu --gpu-only >"$LOG/memcheck.log" 2>&1
+    rc=$?
+    summary=$(grep -m1 'ERROR SUMMARY' "$LOG/memcheck.log")
+    if [ $rc -eq 0 ]; then row memcheck ok "$summary; $(result_of "$LOG/memcheck.log")"
+    else row memcheck FAIL "exit $rc; $summary"; fi
+fi
+
+# --- 4. model parity --------------------------------------------------------------------
+parity() { # name, model, tokens, tool_parity options
+    name=$1 model=$2 n=$3
+    shift 3
+    if "$NATIVE/tests/tool_parity" "$model" -n "$n" "$@" >"$LOG/parity-$name.log" 2>&1; then
+        row "parity $name" ok "$(grep -m1 -E 'from cpu-ref|NMSE from A' "$LOG/parity-$name.log" | cut -c1-90)"
+    else
+        row "parity $name" FAIL "$(grep -m1 -E 'from cpu-ref|NMSE from A|tool_parity' "$LOG/parity-$name.log" | cut -c1-90)"
+    fi
+    row "greedy $name" info "$(grep -m1 'greedy' "$LOG/parity-$name.log" | cut -c1-90)"
+}
+if [ -s "$MODEL" ]; then
+    # the GPU held to the fast CPU path: greedy tokens against it, logits no
+    # further from the float reference than its own
+    parity model "$MODEL" 64 -a cpu -b gpu -r cpu-ref
+    row "speed model" info "$(grep -h 'tok/s' "$LOG/parity-model.log" | cut -d: -f1-2 | cut -c1-40 | tr '\n' ' ')"
+else
+    row "parity model" skip "no $MODEL"
+fi
+SYNTH="$LOG/synth.gguf"
+if "$NATIVE/strata" synth -o "$SYNTH" --shape smollm2-135m --type Q4_0 --embd-type Q8_0 \
+    >"$LOG/synth.log" 2>&1; then
+    parity synth-q4_0 "$SYNTH" 32 -a cpu -b gpu
+    rm -f "$SYNTH"
+else
+    row "parity synth" FAIL "strata synth failed, see synth.log"
+fi
+
+# --- 5. benchmarks ------------------------------------------------------------------------
+if [ "${SKIP_PERF:-0}" != 1 ]; then
+    for v in native portable; do
+        dir=$NATIVE
+        [ $v = portable ] && dir=$PORTABLE
+        if "$dir/tests/test_ops" --perf --gpu-only --require-gpu >"$LOG/perf-$v.md" 2>&1; then
+            row "perf $v" ok "$(grep -m1 ceiling "$LOG/perf-$v.md" | cut -c1-40)"
+        else
+            row "perf $v" FAIL "see perf-$v.md"
+        fi
+    done
+    # the target: 14336x4096 at the backend's own choice of threads per row
+    for t in Q4_0 Q8_0 Q4_K IQ4_NL Q6_K; do
+        n=$(grep "^| $t | 14336x4096 .* | auto |" "$LOG/perf-native.md" | awk -F'|' '{print $8 "/" $11}')
+        p=$(grep "^| $t | 14336x4096 .* | auto |" "$LOG/perf-portable.md" | awk -F'|' '{print $8 "/" $11}')
+        row "mmvq $t 14336x4096" info "stream/graph: native$n, portable$p of read bandwidth"
+    done
+fi
+
+# --- 6. profiles (NCU=1): one product each, its own duration and DRAM throughput -----------
+if [ "${NCU:-0}" = 1 ]; then
+    for t in Q4_0 Q8_0 Q4_K IQ4_NL; do
+        timeout 150 ncu --clock-control none --kernel-name regex:mmvq_kernel --launch-skip 8 \
+            --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats "$NATIVE/tests/test_ops" --perf-only "$t:14336x4096" --gpu-only \
+            >"$LOG/ncu-$t.txt" 2>&1
+        d=$(grep -m1 -E '^ +Duration' "$LOG/ncu-$t.txt" | awk '{print $(NF-1), $NF}')
+        m=$(grep -m1 -E '^ +DRAM Throughput' "$LOG/ncu-$t.txt" | awk '{print $NF}')
+        o=$(grep -m1 -E '^ +Achieved Occupancy' "$LOG/ncu-$t.txt" | awk '{print $NF}')
+        row "ncu $t 14336x4096" info "duration $d, DRAM throughput $m%, occupancy $o%"
+    done
+fi
+
+echo
+echo "GPU check, logs in $LOG"
+column -t -s '|' "$SUMMARY" 2>/dev/null || tr '|' '\t' <"$SUMMARY"
+exit $failed

@@ -1,0 +1,24 @@
+// attention.h: causal grouped-query attention over the KV cache (see attention.cu).
+#ifndef STRATA_GPU_ATTENTION_H
+#define STRATA_GPU_ATTENTION_H
+
+#include "common.h"
+
+// The largest head_dim the kernels take.
+#define GPU_ATTN_MAX_HEAD_DIM 256
+
+// How many key ranges one query's keys are split into (flash-decoding), so
+// that at least about 2·n_sm blocks run: 1 when the batch has enough queries.
+int gpu_attention_splits(int n, int pos0, int n_head, int n_sm);
+// Scratch floats gpu_attention needs with n_split splits (0 when 1).
+size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split);
+
+// out (n, n_head, head_dim): token i (position pos0 + i) attends to cache rows
+// 0 .. pos0 + i of k/v (n_ctx, n_head_kv, head_dim), scale 1/sqrt(head_dim),
+// softmax in float with a running maximum. part: gpu_attention_scratch floats.
+// Returns 0 once enqueued, -1 for a head_dim over the limit or heads that do
+// not group (n_head % n_head_kv).
+int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n,
+                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split, gpuStream_t s);
+
+#endif

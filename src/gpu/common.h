@@ -1,0 +1,77 @@
+// common.h: what every GPU kernel family shares: the compat layer, the device
+// view of a weight matrix and of quantized activations, small load and
+// conversion helpers, and the launch check. Included only by src/gpu/*.cu.
+#ifndef STRATA_GPU_COMMON_H
+#define STRATA_GPU_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compat/compat.h"
+
+extern "C" {
+#include "quant.h"
+}
+
+// Threads per block of most kernels: a multiple of every warp size (32, 64).
+#define GPU_BLOCK 256
+
+// A weight matrix on the device, y = W·x with W (rows, cols).
+// Quantized types are stored split (see repack.cu): every block's "bulk" (its
+// packed quant bits, a multiple of 16 bytes) goes to one array and the rest of
+// the block (scales, mins, high bits) to another, both in block order, so that
+// kernels load the bulk with aligned 16-byte loads whatever the block size.
+struct gpu_mat {
+    int type;             // enum ggml_type
+    int64_t rows, cols;
+    const uint8_t *bulk;  // quantized: [rows * cols/QK][bulk bytes]; float types: [rows][cols]
+    const uint8_t *rest;  // quantized: [rows * cols/QK][rest bytes]; float types: NULL
+};
+
+// Activations quantized in blocks of 32 (Q8_1-style): value ≈ d · q.
+struct gpu_q8 {
+    const int8_t *qs;     // (n, cols) int8
+    const float2 *ds;     // (n, cols/32): (d, d · Σq)
+    int64_t cols;
+};
+
+// Checks the launch just made (bad configuration, missing kernel image);
+// the error, if any, becomes the backend's sticky error.
+#define GPU_CHECK_LAUNCH() GPU_CHECK(gpuGetLastError())  // 0, or -1 with the error recorded
+
+static inline int64_t gpu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// --- conversions ------------------------------------------------------------------
+// Written with bit operations so every target computes them the same way.
+
+// IEEE binary16 bits to float (exact; subnormals, inf and nan included).
+static __device__ __forceinline__ float gpu_h2f(uint32_t h) {
+    const uint32_t a = h & 0x7fffu;
+    float f = __uint_as_float((a << 13) + 0x38000000u);              // normal: rebias by 112
+    if (a < 0x0400u) f = (float)a * 5.9604644775390625e-08f;         // zero, subnormal: a·2^-24
+    if (a >= 0x7c00u) f = __uint_as_float((a << 13) | 0x7f800000u);  // inf, nan
+    return (h & 0x8000u) ? -f : f;
+}
+
+static __device__ __forceinline__ float gpu_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
+
+// --- loads ---------------------------------------------------------------------------
+// p must be aligned to the width named; weights and activations are laid out so
+// that it is (see gpu_mat).
+
+static __device__ __forceinline__ int4 gpu_ld16(const void *p) {
+    return *(const int4 *)p;
+}
+static __device__ __forceinline__ uint32_t gpu_ld_u16(const void *p) {
+    return *(const uint16_t *)p;
+}
+static __device__ __forceinline__ uint32_t gpu_ld_u32(const void *p) {
+    return *(const uint32_t *)p;
+}
+// A 32-bit word at a 2-byte-aligned address.
+static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
+    const uint16_t *q = (const uint16_t *)p;
+    return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+
+#endif

@@ -1,0 +1,13 @@
+// gemv_float.h: float-weight (F32, F16, BF16) products (see gemv_float.cu).
+#ifndef STRATA_GPU_GEMV_FLOAT_H
+#define STRATA_GPU_GEMV_FLOAT_H
+
+#include "common.h"
+
+// y (n, w.rows) = x (n, w.cols) · wᵀ for n ≤ 8 with tpr threads per row (16 ..
+// 256 when n = 1, 32 otherwise), or for any n ≥ 1 through a tiled product when
+// n > 8 (tpr unused). Float accumulation. Returns 0 once enqueued on s, -1 for
+// a type, n or tpr it does not take.
+int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s);
+
+#endif

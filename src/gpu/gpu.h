@@ -1,0 +1,91 @@
+// gpu.h: the GPU backend and device layer, for host C. Plain C: it includes no
+// GPU header, so any file may include it; the functions exist only in builds
+// with a GPU backend (mk/gpu.mk, which defines STRATA_GPU for host code).
+//
+// One source serves CUDA, HIP on AMD and HIP on SPIR-V; a build targets one of
+// them (gpu_platform_name). Errors are st_fail messages (util.h).
+#ifndef STRATA_GPU_H
+#define STRATA_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+// --- device layer --------------------------------------------------------------------
+
+enum gpu_vendor { GPU_VENDOR_NVIDIA, GPU_VENDOR_AMD, GPU_VENDOR_SPIRV };
+
+// validated: run-verified by this project; unvalidated: builds, runs with a
+// warning; unsupported: refused (note says what to change).
+enum gpu_policy { GPU_POLICY_VALIDATED, GPU_POLICY_UNVALIDATED, GPU_POLICY_UNSUPPORTED };
+
+struct gpu_device_info {
+    int index;
+    char name[256];
+    enum gpu_vendor vendor;
+    char arch[64];          // "sm_90", "gfx1100", "spirv64"
+    int warp_size;          // as the device reports it
+    int n_sm;               // multiprocessors / compute units
+    size_t l2_bytes;
+    uint64_t total_bytes, free_bytes;
+    bool has_code;          // this binary holds kernels the device runs, of its warp size
+    enum gpu_policy policy;
+    char note[320];         // why the policy is what it is, and what to do
+};
+
+// "cuda", "hip" or "spirv": the platform this build's kernels target.
+const char *gpu_platform_name(void);
+// "validated", "unvalidated", "unsupported".
+const char *gpu_policy_name(enum gpu_policy p);
+
+// Number of devices this build's runtime sees: ≥ 0, 0 with a message when there
+// is no device or no driver (st_last_error says which).
+int gpu_device_count(void);
+
+// Describes device index, classifying it and checking (with a probe launch)
+// that this binary runs on it. Returns 0, or -1 with a message.
+int gpu_device_query(int index, struct gpu_device_info *out);
+
+// Checks, before anything is allocated, that weights, a KV cache of n_ctx
+// positions (kv_bytes in all) and scratch fit in device's free memory minus a
+// reserve. Returns 0, or -1 with a message naming the bytes needed and free
+// and the largest context that fits, or that the weights alone do not.
+int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx,
+                    uint64_t scratch_bytes);
+
+// --- backend -------------------------------------------------------------------------
+
+// Opens device as a backend (struct backend, backend.h) named after the
+// platform. Refuses an unsupported device with its note. For an unvalidated
+// device it succeeds and writes a warning for the caller to print into warn
+// (cap bytes; warn[0] = 0 otherwise; warn may be NULL). Returns NULL with a
+// message on failure. One GPU backend per host thread.
+struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap);
+
+// Threads per weight row of the single-token products (matrix × vector): 16,
+// 32, 64, 128 or 256, or 0 for the backend's choice per matrix (the default).
+// Returns 0, or -1 with a message for another value.
+int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
+
+// *out (a backend buffer of one int32) = argmax of x[0..n) (backend buffer):
+// the lowest index of the largest value. Enqueued like the other ops.
+void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out);
+
+// --- benchmarks (device events, median of reps after a warm-up) -----------------------
+
+// Read bandwidth (GB/s, 1e9 bytes) of a streaming-read kernel with 16-byte
+// loads over a buffer of `bytes`. Returns 0, or -1 with a message.
+int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps);
+
+// Seconds of one product y = x · wᵀ (x: n tokens, a backend buffer; weights
+// prepared by be, all with the same cols), the core kernel alone (activations
+// quantized once beforehand): each timed rep runs ws[0..n_ws) back to back, so
+// several copies of a matrix rotate through the cache; launched one by one on
+// the stream, or (graph) captured once as a graph and replayed, which shrinks
+// the gaps between kernels as a decode step run as a graph would. Returns 0, or -1.
+int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n,
+                     int reps, bool graph, double *seconds);
+
+#endif

@@ -1,0 +1,509 @@
+// gpu_backend.cu: struct backend (backend.h) on one GPU, over the kernel
+// families of src/gpu. Ops are enqueued on one stream in call order; a failure
+// (a runtime call, a launch, an argument a kernel cannot take) is recorded once
+// as the sticky error that sync() reports.
+//
+// Quantized weights live on the device in the split layout (repack.cu).
+// Products with quantized weights quantize the activations to 8-bit blocks
+// first; that result is kept while no other op runs, so the products that
+// share an input (q, k, v; gate, up) quantize it once.
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "argmax.h"
+#include "attention.h"
+#include "bench.h"
+#include "common.h"
+#include "elementwise.h"
+#include "embed.h"
+#include "gemv_float.h"
+#include "host.h"
+#include "mmq.h"
+#include "mmvq.h"
+#include "norm.h"
+#include "quantize.h"
+#include "repack.h"
+#include "rope.h"
+
+// --- the sticky error ----------------------------------------------------------------
+
+static char g_error[1024];
+static int g_error_set;
+
+extern "C" void gpu_record_error(const char *msg) {
+    if (g_error_set) return; // the first failure explains the rest
+    snprintf(g_error, sizeof g_error, "%s", msg);
+    g_error_set = 1;
+}
+
+static void op_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void op_fail(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gpu_record_error(msg);
+}
+
+// --- state -----------------------------------------------------------------------------
+
+struct gpu_be {
+    struct backend be;
+    int device;
+    int n_sm;
+    gpuStream_t stream;
+    int tpr;             // threads per row of matrix × vector; 0: per matrix
+    void **bufs;         // every alloc and prepared weight, freed by free()
+    int n_bufs, cap_bufs;
+    // activations quantized for the integer products: qs (n, cols) then ds
+    int8_t *q8;
+    size_t q8_cap;
+    const float *q8_src; // what q8 holds while q8_valid
+    int q8_n;
+    int64_t q8_cols;
+    bool q8_valid;
+    float *att_part;     // attention's partial results
+    size_t att_cap;
+    float *bench_y;      // gpu_bench_matmul's output
+    size_t bench_y_cap;
+    // RoPE (cos, sin) table (rope_cap positions, rope_dims/2 pairs) and the
+    // parameters it was built for
+    float2 *rope_cs;
+    int rope_cap, rope_dims;
+    float rope_base, rope_scale;
+    float *rope_ff;      // host copy of freq_factors, or NULL
+};
+
+static struct gpu_be *gb(struct backend *be) { return (struct gpu_be *)be->impl; }
+
+static const char *wname(const struct weight *w) { return w->name ? w->name : ""; }
+
+// Grows a scratch buffer to at least need bytes; its contents are lost.
+static void *grow(struct gpu_be *g, void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return *buf;
+    // kernels in flight may still use the old buffer
+    if (GPU_CHECK(gpuStreamSynchronize(g->stream))) return NULL;
+    if (*buf) (void)gpuFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    const size_t bytes = need + need / 2;
+    if (GPU_CHECK(gpuMalloc(buf, bytes))) return NULL;
+    *cap = bytes;
+    return *buf;
+}
+
+static void track(struct gpu_be *g, void *p) {
+    if (g->n_bufs == g->cap_bufs) {
+        g->cap_bufs = g->cap_bufs ? 2 * g->cap_bufs : 64;
+        void **nb = (void **)realloc(g->bufs, sizeof(void *) * (size_t)g->cap_bufs);
+        if (!nb) abort(); // bookkeeping of a few pointers: as st_xmalloc does
+        g->bufs = nb;
+    }
+    g->bufs[g->n_bufs++] = p;
+}
+
+// --- memory ----------------------------------------------------------------------------
+
+static void *gb_alloc(struct backend *be, size_t bytes) {
+    struct gpu_be *g = gb(be);
+    void *p = NULL;
+    const gpuError_t e = gpuMalloc(&p, bytes ? bytes : 256);
+    if (e != gpuSuccess) {
+        (void)gpuGetLastError(); // an allocation failure is the caller's to handle, not sticky
+        size_t fr = 0, tot = 0;
+        (void)gpuMemGetInfo(&fr, &tot);
+        st_fail("GPU %d: cannot allocate %zu bytes (%zu free of %zu): %s", g->device, bytes, fr,
+                tot, gpuGetErrorString(e));
+        return NULL;
+    }
+    g->q8_valid = false; // a new buffer may sit where the cached source was
+    track(g, p);
+    return p;
+}
+
+static void gb_release(struct backend *be, void *buf) {
+    struct gpu_be *g = gb(be);
+    if (!buf) return;
+    for (int i = 0; i < g->n_bufs; i++)
+        if (g->bufs[i] == buf) {
+            g->bufs[i] = g->bufs[--g->n_bufs];
+            GPU_CHECK(gpuStreamSynchronize(g->stream));
+            GPU_CHECK(gpuFree(buf));
+            g->q8_valid = false;
+            return;
+        }
+    op_fail("release: %p is not a buffer of this GPU backend", buf);
+}
+
+static void gb_upload(struct backend *be, void *dst, const void *src, size_t bytes) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice, g->stream));
+}
+
+static void gb_download(struct backend *be, void *dst, const void *src, size_t bytes) {
+    GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, gb(be)->stream));
+}
+
+static int gb_prepare_weight(struct backend *be, struct weight *w) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    if (!gpu_type_supported(w->type))
+        return st_fail("weight %.*s has type %s, which the GPU backend does not compute with; "
+                       "run this model on the CPU (--backend cpu)",
+                       w->name_len, wname(w), quant_name(w->type));
+    struct gpu_qlayout l;
+    const bool quantized = gpu_qlayout_of(w->type, &l) == 0;
+    if (quantized && (w->cols % l.qk || w->row_bytes != (size_t)(w->cols / l.qk) * l.bytes))
+        return st_fail("weight %.*s: %lld columns of %s do not make rows of %zu bytes",
+                       w->name_len, wname(w), (long long)w->cols, quant_name(w->type),
+                       w->row_bytes);
+    const size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *dev = gb_alloc(be, bytes);
+    if (!dev) return -1;
+    if (!quantized) {
+        GPU_CHECK(gpuMemcpyAsync(dev, w->data, bytes, gpuMemcpyHostToDevice, g->stream));
+    } else {
+        // through a staging buffer of whole blocks, stream-ordered
+        const int64_t total = w->rows * (w->cols / l.qk);
+        int64_t chunk = (64 << 20) / l.bytes;
+        if (chunk > total) chunk = total;
+        void *stage = NULL;
+        if (GPU_CHECK(gpuMalloc(&stage, (size_t)chunk * l.bytes))) {
+            gb_release(be, dev);
+            return st_fail("weight %.*s: cannot allocate its staging buffer: %s", w->name_len,
+                           wname(w), g_error);
+        }
+        for (int64_t b0 = 0; b0 < total; b0 += chunk) {
+            const int64_t nb = total - b0 < chunk ? total - b0 : chunk;
+            GPU_CHECK(gpuMemcpyAsync(stage, (const uint8_t *)w->data + (size_t)b0 * l.bytes,
+                                     (size_t)nb * l.bytes, gpuMemcpyHostToDevice, g->stream));
+            gpu_repack(w->type, w->rows, w->cols, dev, stage, b0, nb, g->stream);
+        }
+        GPU_CHECK(gpuStreamSynchronize(g->stream));
+        (void)gpuFree(stage);
+    }
+    if (GPU_CHECK(gpuStreamSynchronize(g->stream)) || g_error_set) {
+        gb_release(be, dev);
+        return st_fail("weight %.*s: copying it to the GPU failed: %s", w->name_len, wname(w),
+                       g_error);
+    }
+    w->dev = dev;
+    return 0;
+}
+
+// --- ops -------------------------------------------------------------------------------
+
+static bool on_device(const struct weight *w, const char *op) {
+    if (w->dev) return true;
+    op_fail("%s: weight %.*s is not on the GPU (prepare_weight first)", op, w->name_len, wname(w));
+    return false;
+}
+
+static void gb_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
+                        float *out) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    if (!on_device(emb, "get_rows")) return;
+    const gpu_mat m = gpu_mat_of(emb->type, emb->rows, emb->cols, emb->dev);
+    if (gpu_get_rows(m, tokens, n, out, g->stream))
+        op_fail("get_rows: type %s is not supported", quant_name(emb->type));
+}
+
+static void gb_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
+                        int n, int dim, float eps) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    if (!on_device(w, "rms_norm")) return;
+    if (w->type != GGML_TYPE_F32 || w->cols * w->rows != dim) {
+        op_fail("rms_norm: weight %.*s is %s with %lld values, not F32 with %d", w->name_len,
+                wname(w), quant_name(w->type), (long long)(w->cols * w->rows), dim);
+        return;
+    }
+    gpu_rms_norm(x, (const float *)w->dev, out, n, dim, eps, g->stream);
+}
+
+// The 8-bit form of x (n, cols), quantized now or kept from the last product.
+static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t cols, gpu_q8 *q) {
+    const size_t qs_bytes = ((size_t)n * cols + 255) & ~(size_t)255;
+    const size_t ds_bytes = (size_t)n * (cols / 32) * sizeof(float2);
+    if (!(g->q8_valid && g->q8_src == x && g->q8_n == n && g->q8_cols == cols)) {
+        g->q8_valid = false;
+        if (!grow(g, (void **)&g->q8, &g->q8_cap, qs_bytes + ds_bytes)) return false;
+        gpu_quantize_q8(x, g->q8, (float2 *)(g->q8 + qs_bytes), n, cols, g->stream);
+        g->q8_src = x;
+        g->q8_n = n;
+        g->q8_cols = cols;
+        g->q8_valid = true;
+    }
+    q->qs = g->q8;
+    q->ds = (const float2 *)(g->q8 + qs_bytes);
+    q->cols = cols;
+    return true;
+}
+
+// Threads per row for a matrix × vector of w.
+static int matvec_tpr(struct gpu_be *g, const gpu_mat &m) {
+    if (g->tpr) return g->tpr;
+    const int64_t items = m.rest ? gpu_mmvq_items_per_row(m.type, m.cols) : gpu_cdiv(m.cols, 8);
+    return gpu_pick_tpr(items, m.rows, g->n_sm);
+}
+
+// y = x · wᵀ without touching the activation cache's validity.
+static int product(struct gpu_be *g, const struct weight *w, const float *x, float *y, int n) {
+    const gpu_mat m = gpu_mat_of(w->type, w->rows, w->cols, w->dev);
+    if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
+    gpu_q8 q;
+    if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
+    if (n <= GPU_MMVQ_MAX_TOKENS) return gpu_mmvq(m, q, y, n, n == 1 ? matvec_tpr(g, m) : 32, g->stream);
+    return gpu_mmq(m, q, y, n, g->stream);
+}
+
+static void gb_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
+    struct gpu_be *g = gb(be);
+    if (!on_device(w, "matmul")) return;
+    if (product(g, w, x, y, n))
+        op_fail("matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported",
+                w->name_len, wname(w), quant_name(w->type), (long long)w->rows,
+                (long long)w->cols, n);
+    // y may overwrite what the cached activations were made from
+    if (g->q8_valid) {
+        const char *ys = (const char *)y, *ye = (const char *)(y + (size_t)n * w->rows);
+        const char *xs = (const char *)g->q8_src,
+                   *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
+        if (ys < xe && xs < ye) g->q8_valid = false;
+    }
+}
+
+// The (cos, sin) table for rp covering positions 0 .. pos_end-1, built (on the
+// host, in float64) when the parameters change or more positions are needed.
+static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, int pos_end) {
+    const int half = rp->n_dims / 2;
+    bool same = g->rope_cs && g->rope_dims == rp->n_dims && g->rope_base == rp->base &&
+                g->rope_scale == rp->freq_scale && !g->rope_ff == !rp->freq_factors;
+    if (same && rp->freq_factors)
+        same = !memcmp(g->rope_ff, rp->freq_factors, sizeof(float) * (size_t)half);
+    if (same && pos_end <= g->rope_cap) return g->rope_cs;
+    int cap = same ? 2 * g->rope_cap : 4096;
+    if (cap < pos_end) cap = pos_end;
+    float2 *host = (float2 *)malloc(sizeof(float2) * (size_t)cap * half);
+    float *ff = rp->freq_factors ? (float *)malloc(sizeof(float) * (size_t)half) : NULL;
+    if (!host || (rp->freq_factors && !ff)) {
+        free(host);
+        free(ff);
+        op_fail("rope: cannot allocate a host table of %d positions", cap);
+        return NULL;
+    }
+    gpu_rope_table(host, cap, rp->n_dims, rp->base, rp->freq_scale, rp->freq_factors);
+    if (ff) memcpy(ff, rp->freq_factors, sizeof(float) * (size_t)half);
+    GPU_CHECK(gpuStreamSynchronize(g->stream)); // the old table may be in use
+    if (g->rope_cs) (void)gpuFree(g->rope_cs);
+    free(g->rope_ff);
+    g->rope_cs = NULL;
+    g->rope_ff = ff;
+    g->rope_cap = 0;
+    if (!GPU_CHECK(gpuMalloc((void **)&g->rope_cs, sizeof(float2) * (size_t)cap * half)) &&
+        !GPU_CHECK(gpuMemcpy(g->rope_cs, host, sizeof(float2) * (size_t)cap * half,
+                             gpuMemcpyHostToDevice))) {
+        g->rope_cap = cap;
+        g->rope_dims = rp->n_dims;
+        g->rope_base = rp->base;
+        g->rope_scale = rp->freq_scale;
+    }
+    free(host);
+    return g->rope_cap ? g->rope_cs : NULL;
+}
+
+static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+                    const struct rope_params *rp) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim || pos0 < 0) {
+        op_fail("rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
+                "head_dim), or position %d is negative",
+                rp->n_dims, head_dim, pos0);
+        return;
+    }
+    const float2 *cs = rope_table(g, rp, pos0 + n);
+    if (cs)
+        gpu_rope(x, cs, n, n_head, head_dim, rp->n_dims, pos0, rp->kind == ROPE_KIND_NEOX,
+                 g->stream);
+}
+
+static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
+                        const float *v, int n, int pos0, int kv_dim) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    const size_t off = (size_t)pos0 * kv_dim, bytes = sizeof(float) * (size_t)n * kv_dim;
+    GPU_CHECK(gpuMemcpyAsync(k_cache + off, k, bytes, gpuMemcpyDeviceToDevice, g->stream));
+    GPU_CHECK(gpuMemcpyAsync(v_cache + off, v, bytes, gpuMemcpyDeviceToDevice, g->stream));
+}
+
+static void gb_attention(struct backend *be, const float *q, const float *k_cache,
+                         const float *v_cache, float *out, int n, int pos0, int n_head,
+                         int n_head_kv, int head_dim) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    const int splits = gpu_attention_splits(n, pos0, n_head, g->n_sm);
+    const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
+    if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
+    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim,
+                      splits, g->stream))
+        op_fail("attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
+                "kv heads",
+                head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
+}
+
+static void gb_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_swiglu(gate, up, n, g->stream);
+}
+
+static void gb_add(struct backend *be, float *x, const float *y, int64_t n) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_add(x, y, n, g->stream);
+}
+
+static int gb_sync(struct backend *be) {
+    GPU_CHECK(gpuStreamSynchronize(gb(be)->stream));
+    if (g_error_set) return st_fail("%s: %s", be->name, g_error);
+    return 0;
+}
+
+static void gb_free(struct backend *be) {
+    if (!be) return;
+    struct gpu_be *g = gb(be);
+    (void)gpuStreamSynchronize(g->stream);
+    for (int i = 0; i < g->n_bufs; i++) (void)gpuFree(g->bufs[i]);
+    free(g->bufs);
+    void *scratch[] = {g->q8, g->att_part, g->bench_y, g->rope_cs};
+    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
+        if (scratch[i]) (void)gpuFree(scratch[i]);
+    free(g->rope_ff);
+    (void)gpuStreamDestroy(g->stream);
+    free(g);
+}
+
+// --- public entry points -----------------------------------------------------------------
+
+struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
+    if (warn && warn_cap) warn[0] = 0;
+    struct gpu_device_info info;
+    if (gpu_device_query(device, &info)) return NULL;
+    if (info.policy == GPU_POLICY_UNSUPPORTED) {
+        st_fail("GPU %d (%s, %s) is not supported: %s", device, info.name, info.arch, info.note);
+        return NULL;
+    }
+    if (info.policy == GPU_POLICY_UNVALIDATED && warn && warn_cap)
+        snprintf(warn, warn_cap, "GPU %d (%s, %s): %s", device, info.name, info.arch, info.note);
+    struct gpu_be *g = (struct gpu_be *)calloc(1, sizeof *g);
+    if (!g) {
+        st_fail("out of host memory");
+        return NULL;
+    }
+    g->device = device;
+    g->n_sm = info.n_sm;
+    if (GPU_CHECK(gpuSetDevice(device)) ||
+        GPU_CHECK(gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking))) {
+        free(g);
+        st_fail("GPU %d: cannot create a stream: %s", device, g_error);
+        return NULL;
+    }
+    struct backend *be = &g->be;
+    be->name = gpu_platform_name();
+    be->impl = g;
+    be->free = gb_free;
+    be->alloc = gb_alloc;
+    be->release = gb_release;
+    be->upload = gb_upload;
+    be->download = gb_download;
+    be->prepare_weight = gb_prepare_weight;
+    be->get_rows = gb_get_rows;
+    be->rms_norm = gb_rms_norm;
+    be->matmul = gb_matmul;
+    be->rope = gb_rope;
+    be->kv_store = gb_kv_store;
+    be->attention = gb_attention;
+    be->swiglu = gb_swiglu;
+    be->add = gb_add;
+    be->sync = gb_sync;
+    return be;
+}
+
+int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row) {
+    const int t = threads_per_row;
+    if (t != 0 && t != 16 && t != 32 && t != 64 && t != 128 && t != 256)
+        return st_fail("threads per row %d: use 16, 32, 64, 128, 256 or 0 (automatic)", t);
+    gb(be)->tpr = t;
+    return 0;
+}
+
+void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_argmax(x, n, out, g->stream);
+}
+
+int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps) {
+    struct gpu_be *g = gb(be);
+    if (gpu_read_bandwidth(bytes, reps, g->n_sm, g->stream, gbps))
+        return st_fail("read-bandwidth benchmark over %zu bytes failed: %s", bytes, g_error);
+    return 0;
+}
+
+int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n,
+                     int reps, bool graph, double *seconds) {
+    struct gpu_be *g = gb(be);
+    if (n_ws < 1 || reps < 1 || n < 1) return st_fail("bench: nothing to time");
+    int64_t rows = 0;
+    for (int i = 0; i < n_ws; i++) {
+        if (!ws[i]->dev || ws[i]->cols != ws[0]->cols)
+            return st_fail("bench: weight %d is not prepared or its columns differ", i);
+        if (ws[i]->rows > rows) rows = ws[i]->rows;
+    }
+    if (!grow(g, (void **)&g->bench_y, &g->bench_y_cap, sizeof(float) * (size_t)n * rows))
+        return st_fail("bench: %s", g_error);
+    int rc = 0;
+    // warm-up: also quantizes x, which the timed passes then reuse
+    for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
+    if (GPU_CHECK(gpuStreamSynchronize(g->stream))) rc = -1;
+    gpuGraph_t gr = NULL;
+    gpuGraphExec_t ge = NULL;
+    if (graph && !rc) {
+        // the pass recorded once and replayed: what a decode step run as a graph sees
+        if (GPU_CHECK(gpuStreamBeginCapture(g->stream, gpuStreamCaptureModeRelaxed))) rc = -1;
+        for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
+        if (GPU_CHECK(gpuStreamEndCapture(g->stream, &gr)) ||
+            GPU_CHECK(gpuGraphInstantiateWithFlags(&ge, gr, 0)) ||
+            GPU_CHECK(gpuGraphLaunch(ge, g->stream)))
+            rc = -1;
+    }
+    double *ms = (double *)malloc(sizeof(double) * (size_t)reps);
+    gpuEvent_t e0 = NULL, e1 = NULL;
+    if (!ms || GPU_CHECK(gpuEventCreate(&e0)) || GPU_CHECK(gpuEventCreate(&e1))) rc = -1;
+    for (int r = 0; r < reps && !rc; r++) {
+        float t = 0;
+        GPU_CHECK(gpuEventRecord(e0, g->stream));
+        if (ge) GPU_CHECK(gpuGraphLaunch(ge, g->stream));
+        for (int i = 0; i < n_ws && !rc && !ge; i++) rc = product(g, ws[i], x, g->bench_y, n);
+        GPU_CHECK(gpuEventRecord(e1, g->stream));
+        if (GPU_CHECK(gpuEventSynchronize(e1)) || GPU_CHECK(gpuEventElapsedTime(&t, e0, e1))) rc = -1;
+        ms[r] = t;
+    }
+    if (e0) (void)gpuEventDestroy(e0);
+    if (e1) (void)gpuEventDestroy(e1);
+    if (ge) (void)gpuGraphExecDestroy(ge);
+    if (gr) (void)gpuGraphDestroy(gr);
+    if (rc || g_error_set) {
+        free(ms);
+        return st_fail("bench: %s", g_error_set ? g_error : "a product is not supported");
+    }
+    *seconds = gpu_median(ms, reps) * 1e-3 / n_ws;
+    free(ms);
+    return 0;
+}

@@ -1,0 +1,155 @@
+// mmq.cu: quantized matrix × matrix for prompt batches, on dp4a (integer dot
+// products of four int8 pairs), not tensor cores: the same code runs on every
+// target of the compat layer, the portable form included.
+//
+// A 256-thread block computes a 64-row × 64-token tile of y, stepping through
+// the columns 128 at a time: it unpacks the weight chunks of the step into
+// shared memory as int8 with one (d, m) per group of G elements (G = 32 for
+// types whose scales cover whole 32-blocks, 16 otherwise), copies the
+// activations' int8 values and per-group (d, d·Σq), then each thread forms 4 ×
+// 4 outputs from integer group dots scaled in float. Checked against the
+// reference by tests/test_ops.c (ragged rows, tokens and columns).
+#include "mmq.h"
+#include "quants.h"
+
+#define MMQ_BM 64
+#define MMQ_BN 64
+#define MMQ_BK 128
+#define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
+
+template <int T>
+__global__ void __launch_bounds__(GPU_BLOCK, 2) mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+    using Q = gpu_qt<T>;
+    constexpr int G = Q::PAIRED ? 32 : 16; // elements sharing one weight (d, m)
+    constexpr int NG = MMQ_BK / G;         // groups per step
+    constexpr int EPI = Q::QK / Q::QI;     // elements per chunk
+    constexpr int IPS = MMQ_BK / EPI;      // chunks per row per step
+    __shared__ __align__(16) int wq[MMQ_BM][MMQ_LD];
+    __shared__ __align__(16) int xq[MMQ_BN][MMQ_LD];
+    __shared__ float wd[MMQ_BM][NG], wm[MMQ_BM][NG];
+    __shared__ float xd[MMQ_BN][NG], xs[MMQ_BN][NG];
+
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int64_t row0 = (int64_t)blockIdx.x * MMQ_BM;
+    const int tok0 = blockIdx.y * MMQ_BN;
+    const int items = (int)(w.cols / EPI);
+    const int64_t xblocks = x.cols / 32;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < w.cols; k0 += MMQ_BK) {
+        // Weights. A chunk past the row's end (only the last step of 32-element
+        // types) or of a row past the matrix zero-fills its columns.
+        for (int idx = tid; idx < MMQ_BM * IPS; idx += GPU_BLOCK) {
+            const int r = idx / IPS, ii = idx % IPS;
+            const int64_t row = row0 + r;
+            const int item = (int)(k0 / EPI) + ii;
+            if (row < w.rows && item < items) {
+                gpu_chunk<Q::R> c;
+                gpu_load_item<Q>(w, row, item, c);
+#pragma unroll
+                for (int p = 0; p < Q::R; p++) {
+                    const int col = c.e[p] - (int)k0;
+                    *(int4 *)&wq[r][col / 4] = make_int4(c.q[p][0], c.q[p][1], c.q[p][2], c.q[p][3]);
+                    if (col % G == 0) {
+                        wd[r][col / G] = c.d[p];
+                        wm[r][col / G] = c.m[p];
+                    }
+                }
+            } else {
+                for (int k = ii * EPI; k < (ii + 1) * EPI; k += 16)
+                    *(int4 *)&wq[r][k / 4] = make_int4(0, 0, 0, 0);
+                for (int g = ii * EPI / G; g < (ii + 1) * EPI / G; g++) wd[r][g] = wm[r][g] = 0.0f;
+            }
+        }
+        // Activations, 16 bytes a thread at a time.
+        for (int idx = tid; idx < MMQ_BN * (MMQ_BK / 16); idx += GPU_BLOCK) {
+            const int tt = idx / (MMQ_BK / 16), k16 = idx % (MMQ_BK / 16);
+            const int t = tok0 + tt;
+            const int64_t k = k0 + 16 * k16;
+            int4 a = make_int4(0, 0, 0, 0);
+            float2 ds = make_float2(0.0f, 0.0f);
+            if (t < n && k < x.cols) {
+                a = gpu_ld16(x.qs + t * x.cols + k);
+                ds = x.ds[t * xblocks + k / 32];
+            }
+            *(int4 *)&xq[tt][4 * k16] = a;
+            if (G == 16) {
+                int sum = st_dp4a(0x01010101, a.x, 0);
+                sum = st_dp4a(0x01010101, a.y, sum);
+                sum = st_dp4a(0x01010101, a.z, sum);
+                sum = st_dp4a(0x01010101, a.w, sum);
+                xd[tt][k16 * 16 / G] = ds.x;
+                xs[tt][k16 * 16 / G] = ds.x * (float)sum;
+            } else if (k16 % 2 == 0) {
+                xd[tt][k16 / 2] = ds.x;
+                xs[tt][k16 / 2] = ds.y;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < NG; g++) {
+            int dot[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) dot[i][j] = 0;
+#pragma unroll
+            for (int h = 0; h < G / 16; h++) {
+                const int c4 = (g * G + 16 * h) / 4;
+                int4 a[4], b[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) a[i] = *(const int4 *)&wq[ty + 16 * i][c4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) b[j] = *(const int4 *)&xq[tx + 16 * j][c4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        dot[i][j] = st_dp4a(a[i].x, b[j].x, dot[i][j]);
+                        dot[i][j] = st_dp4a(a[i].y, b[j].y, dot[i][j]);
+                        dot[i][j] = st_dp4a(a[i].z, b[j].z, dot[i][j]);
+                        dot[i][j] = st_dp4a(a[i].w, b[j].w, dot[i][j]);
+                    }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float d = wd[ty + 16 * i][g], m = wm[ty + 16 * i][g];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    acc[i][j] += d * xd[tx + 16 * j][g] * (float)dot[i][j];
+                    if (Q::MIN) acc[i][j] += m * xs[tx + 16 * j][g];
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t row = row0 + ty + 16 * i;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int t = tok0 + tx + 16 * j;
+            if (row < w.rows && t < n) y[t * w.rows + row] = acc[i][j];
+        }
+    }
+}
+
+template <int T> static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+    const dim3 grid((unsigned)gpu_cdiv(w.rows, MMQ_BM), (unsigned)gpu_cdiv(n, MMQ_BN));
+    mmq_kernel<T><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    GPU_CHECK_LAUNCH();
+}
+
+int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+    if (n < 1 || x.cols != w.cols) return -1;
+    switch (w.type) {
+#define F(T) mmq_launch<T>(w, x, y, n, s); return 0
+        GPU_QTYPE_CASES(F)
+#undef F
+    default: return -1;
+    }
+}

@@ -1,0 +1,127 @@
+// mmvq.cu: quantized matrix × vector, y (n, rows) = x (n, cols) · Wᵀ for n ≤ 8,
+// integer dot products (dp4a) of the weight chunks (quants.h) with activations
+// quantized to 8 bits in blocks of 32 (quantize.cu).
+//
+// TPR threads share a row (the split variant: 16 .. 256; more threads for long
+// rows, fewer for short ones); a 256-thread block holds 256/TPR rows. Lane l
+// takes the row's chunks l, l + TPR, ... and loads U of them before using any,
+// so that every thread keeps several 16-byte loads in flight. Several tokens
+// (n = 2..8, TPR 32) reuse each loaded chunk. Checked against the reference by
+// tests/test_ops.c over every type, ragged shapes and every TPR.
+#include "mmvq.h"
+#include "quants.h"
+
+template <int T, int TPR, int NT>
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+    using Q = gpu_qt<T>;
+    constexpr int U = 8 / Q::R; // chunks in flight per thread
+    const int lane = threadIdx.x % TPR;
+    const int64_t row = (int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
+    const int items = (int)(w.cols / Q::QK * Q::QI);
+    const bool live = row < w.rows;
+    const int64_t xblocks = x.cols / 32;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    if (live) {
+        int it = lane;
+        for (; it + (U - 1) * TPR < items; it += U * TPR) {
+            gpu_chunk<Q::R> c[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) gpu_load_item<Q>(w, row, it + u * TPR, c[u]);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    if (NT == 1 || t < n)
+                        acc[t] += gpu_chunk_dot<Q>(c[u], x.qs + t * x.cols, x.ds + t * xblocks);
+        }
+        for (; it < items; it += TPR) {
+            gpu_chunk<Q::R> c;
+            gpu_load_item<Q>(w, row, it, c);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (NT == 1 || t < n)
+                    acc[t] += gpu_chunk_dot<Q>(c, x.qs + t * x.cols, x.ds + t * xblocks);
+        }
+    }
+    constexpr int WIDTH = TPR < ST_WARP_SIZE ? TPR : ST_WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = st_warp_sum_f32(acc[t], WIDTH);
+    if constexpr (TPR > ST_WARP_SIZE) {
+        // the warps of a row are consecutive: the row's first lane sums their parts
+        constexpr int W = TPR / ST_WARP_SIZE;
+        __shared__ float part[NT][GPU_BLOCK / ST_WARP_SIZE];
+        const int warp = threadIdx.x / ST_WARP_SIZE;
+        if (threadIdx.x % ST_WARP_SIZE == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) part[t][warp] = acc[t];
+        __syncthreads();
+        if (lane == 0 && live)
+            for (int t = 0; t < NT && t < n; t++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < W; k++) s += part[t][warp + k];
+                y[t * w.rows + row] = s;
+            }
+    } else {
+        if (lane == 0 && live)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (NT == 1 || t < n) y[t * w.rows + row] = acc[t];
+    }
+}
+
+template <int T, int TPR, int NT>
+static void mmvq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+    const int64_t grid = gpu_cdiv(w.rows, GPU_BLOCK / TPR);
+    mmvq_kernel<T, TPR, NT><<<(unsigned)grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    GPU_CHECK_LAUNCH();
+}
+
+template <int T>
+static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s) {
+    if (n == 1) {
+        switch (tpr) {
+        case 16: mmvq_launch<T, 16, 1>(w, x, y, n, s); return 0;
+        case 32: mmvq_launch<T, 32, 1>(w, x, y, n, s); return 0;
+        case 64: mmvq_launch<T, 64, 1>(w, x, y, n, s); return 0;
+        case 128: mmvq_launch<T, 128, 1>(w, x, y, n, s); return 0;
+        case 256: mmvq_launch<T, 256, 1>(w, x, y, n, s); return 0;
+        default: return -1;
+        }
+    }
+    if (n == 2) mmvq_launch<T, 32, 2>(w, x, y, n, s);
+    else if (n <= 4) mmvq_launch<T, 32, 4>(w, x, y, n, s);
+    else if (n <= GPU_MMVQ_MAX_TOKENS) mmvq_launch<T, 32, 8>(w, x, y, n, s);
+    else return -1;
+    return 0;
+}
+
+int gpu_mmvq_items_per_row(int type, int64_t cols) {
+    switch (type) {
+#define F(T) return (int)(cols / gpu_qt<T>::QK * gpu_qt<T>::QI)
+        GPU_QTYPE_CASES(F)
+#undef F
+    default: return -1;
+    }
+}
+
+int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm) {
+    // Short rows: fewer threads, so that no lane idles. Long rows with too few
+    // rows to fill the device: more threads per row.
+    int tpr = 32;
+    while (tpr > 16 && items <= tpr / 2) tpr /= 2;
+    while (tpr < 256 && rows * tpr < (int64_t)n_sm * 2048 && items >= 4 * tpr) tpr *= 2;
+    return tpr;
+}
+
+int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s) {
+    if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || x.cols != w.cols) return -1;
+    switch (w.type) {
+#define F(T) return mmvq_type<T>(w, x, y, n, tpr, s)
+        GPU_QTYPE_CASES(F)
+#undef F
+    default: return -1;
+    }
+}

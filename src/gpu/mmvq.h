@@ -1,0 +1,23 @@
+// mmvq.h: quantized matrix × vector (see mmvq.cu).
+#ifndef STRATA_GPU_MMVQ_H
+#define STRATA_GPU_MMVQ_H
+
+#include "common.h"
+
+// Tokens one mmvq launch takes; larger batches go to mmq.
+#define GPU_MMVQ_MAX_TOKENS 8
+
+// y (n, w.rows) = x (n, w.cols) · wᵀ with tpr threads per row (16, 32, 64,
+// 128 or 256 when n = 1; n > 1 always uses 32). Returns 0 once enqueued on s,
+// -1 for a type, n or tpr it does not take (nothing enqueued).
+int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s);
+
+// Weight chunks per row of a quantized type (the unit a thread takes), -1 if unknown.
+int gpu_mmvq_items_per_row(int type, int64_t cols);
+
+// The threads per row (16 .. 256) the backend uses by default for a matrix of
+// rows rows of `items` units of work each (chunks; 8-element groups for float
+// weights) on a device with n_sm multiprocessors.
+int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm);
+
+#endif

@@ -1,0 +1,450 @@
+// quants.h: device access to quantized weight blocks, one struct per type.
+//
+// Every type is read the same way: a block is cut into QI chunks, and loading
+// chunk ci of a block yields R runs of 16 int8 values, run r standing for the
+// 16 consecutive elements starting at e[r] with value = d[r]·q + m[r]. The dot
+// products (mmvq, mmq) and the embedding lookup are written once over that
+// form; only the unpacking below knows each format. Layouts follow the GGUF
+// blocks bit for bit (src/quant_impl.h), stored split into bulk and rest
+// (common.h, repack.cu): BULK_OFF/BULK give the byte range of the block that
+// goes to the bulk array, the rest keeps the other bytes in order.
+//
+// PAIRED: runs 2k and 2k+1 are one whole 32-element activation block with one
+// d and m, so the min term can use the activation block's sum (d·Σq) instead
+// of summing the 16-element run. MIN: m may be non-zero.
+#ifndef STRATA_GPU_QUANTS_H
+#define STRATA_GPU_QUANTS_H
+
+#include "common.h"
+
+template <int R> struct gpu_chunk {
+    int q[R][4];  // 16 int8 per run, four to an int, element order
+    float d[R];
+    float m[R];
+    int e[R];     // first element of the run within the row
+};
+
+// Per-byte v - k for bytes v in [0, 127], k < 128, without borrows between bytes.
+static __device__ __forceinline__ int gpu_sub_bytes(uint32_t v, uint32_t k4) {
+    return (int)(((v | 0x80808080u) - k4) ^ 0x80808080u);
+}
+
+// Nibble n of s (low 3 bits) picks byte n of the result from the 8 bytes {y, x}.
+static __device__ __forceinline__ uint32_t gpu_perm(uint32_t x, uint32_t y, uint32_t s) {
+    return st_byte_perm(x, y, s);
+}
+
+// The IQ4_NL codebook looked up for the 8 nibbles of q: byte k of q holds the
+// index of element k (low nibble) and of element k+16 (high nibble); returns
+// the int8 values of elements 0..3 in lo and 16..19 in hi.
+static __device__ __forceinline__ void gpu_iq4_lookup(uint32_t q, int &lo, int &hi) {
+    // {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+    // bit 3 of each index picks the table half: byte n of the half-lookups, or byte n + 4
+    const uint32_t half = ((q & 0x88888888u) >> 1) | 0x32103210u;
+    const uint32_t r0 = gpu_perm(gpu_perm(t0, t1, q), gpu_perm(t2, t3, q), half);
+    const uint32_t r1 = gpu_perm(gpu_perm(t0, t1, q >> 16), gpu_perm(t2, t3, q >> 16), half >> 16);
+    // r0 = elements (0, 16, 1, 17), r1 = (2, 18, 3, 19)
+    lo = (int)gpu_perm(r0, r1, 0x6420);
+    hi = (int)gpu_perm(r0, r1, 0x7531);
+}
+
+// Bit 4 of bytes 0..3 from bits 0..3 of b.
+static __device__ __forceinline__ uint32_t gpu_spread4(uint32_t b) {
+    return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+// Q4_K/Q5_K 6-bit scale and min of sub-block s from the 12 scale bytes a|b|c.
+// Without branches: neighbouring lanes decode different sub-blocks.
+static __device__ __forceinline__ void gpu_k4_scale_min(uint32_t a, uint32_t b, uint32_t c, int s,
+                                                        float &sc, float &mn) {
+    const int t = 8 * (s & 3);
+    const uint32_t ba = (a >> t) & 0xFF, bb = (b >> t) & 0xFF, bc = (c >> t) & 0xFF;
+    const bool hi = s >= 4;
+    sc = (float)(hi ? (bc & 0xF) | ((ba >> 2) & 0x30) : ba & 63);
+    mn = (float)(hi ? (bc >> 4) | ((bb >> 2) & 0x30) : bb & 63);
+}
+
+template <int T> struct gpu_qt;
+
+// Arguments of every load: the matrix, the block's index in the whole matrix,
+// the chunk within the block, and the block's first element within its row.
+#define GPU_QT_LOAD                                                                         \
+    static __device__ __forceinline__ void load(const gpu_mat &w, int64_t blk, int ci,   \
+                                                int e0, gpu_chunk<R> &c)
+
+template <> struct gpu_qt<GGML_TYPE_Q4_0> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)(u[i] & 0x0F0F0F0Fu);
+            c.q[1][i] = (int)((u[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        c.d[0] = c.d[1] = d;
+        c.m[0] = c.m[1] = -8.0f * d;
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+template <> struct gpu_qt<GGML_TYPE_Q4_1> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 20, BULK_OFF = 4, BULK = 16, REST = 4;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        const uint32_t dm = gpu_ld_u32(w.rest + blk * REST);
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)(u[i] & 0x0F0F0F0Fu);
+            c.q[1][i] = (int)((u[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        c.d[0] = c.d[1] = gpu_h2f(dm & 0xFFFFu);
+        c.m[0] = c.m[1] = gpu_h2f(dm >> 16);
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+template <> struct gpu_qt<GGML_TYPE_Q5_0> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 22, BULK_OFF = 6, BULK = 16, REST = 6;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        const uint8_t *r = w.rest + blk * REST;
+        const float d = gpu_h2f(gpu_ld_u16(r));
+        const uint32_t qh = gpu_ld_u32_a2(r + 2);
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)((u[i] & 0x0F0F0F0Fu) | gpu_spread4(qh >> (4 * i)));
+            c.q[1][i] = (int)(((u[i] >> 4) & 0x0F0F0F0Fu) | gpu_spread4(qh >> (16 + 4 * i)));
+        }
+        c.d[0] = c.d[1] = d;
+        c.m[0] = c.m[1] = -16.0f * d;
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+template <> struct gpu_qt<GGML_TYPE_Q5_1> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 24, BULK_OFF = 8, BULK = 16, REST = 8;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        const uint2 r = *(const uint2 *)(w.rest + blk * REST);
+        const uint32_t qh = r.y;
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)((u[i] & 0x0F0F0F0Fu) | gpu_spread4(qh >> (4 * i)));
+            c.q[1][i] = (int)(((u[i] >> 4) & 0x0F0F0F0Fu) | gpu_spread4(qh >> (16 + 4 * i)));
+        }
+        c.d[0] = c.d[1] = gpu_h2f(r.x & 0xFFFFu);
+        c.m[0] = c.m[1] = gpu_h2f(r.x >> 16);
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+template <> struct gpu_qt<GGML_TYPE_Q8_0> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 34, BULK_OFF = 2, BULK = 32, REST = 2;
+    static constexpr bool MIN = false, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v0 = gpu_ld16(w.bulk + blk * BULK);
+        const int4 v1 = gpu_ld16(w.bulk + blk * BULK + 16);
+        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
+        c.q[0][0] = v0.x, c.q[0][1] = v0.y, c.q[0][2] = v0.z, c.q[0][3] = v0.w;
+        c.q[1][0] = v1.x, c.q[1][1] = v1.y, c.q[1][2] = v1.z, c.q[1][3] = v1.w;
+        c.d[0] = c.d[1] = d;
+        c.m[0] = c.m[1] = 0.0f;
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
+    static constexpr bool MIN = false, PAIRED = true;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
+        gpu_iq4_lookup((uint32_t)v.x, c.q[0][0], c.q[1][0]);
+        gpu_iq4_lookup((uint32_t)v.y, c.q[0][1], c.q[1][1]);
+        gpu_iq4_lookup((uint32_t)v.z, c.q[0][2], c.q[1][2]);
+        gpu_iq4_lookup((uint32_t)v.w, c.q[0][3], c.q[1][3]);
+        c.d[0] = c.d[1] = d;
+        c.m[0] = c.m[1] = 0.0f;
+        c.e[0] = e0;
+        c.e[1] = e0 + 16;
+    }
+};
+
+// Q2_K: chunk ci = 16 bytes of qs, half n = ci/2 of the block, byte offset h =
+// ci%2: its 4 shifts are 4 runs of 16 elements, each with its own scale and min.
+template <> struct gpu_qt<GGML_TYPE_Q2_K> {
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 84, BULK_OFF = 16, BULK = 64, REST = 20;
+    static constexpr bool MIN = true, PAIRED = false;
+    GPU_QT_LOAD {
+        const int n = ci / 2, h = ci % 2;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK + 32 * n + 16 * h);
+        const uint8_t *r = w.rest + blk * REST; // scales[16], d, dmin
+        const uint32_t s0 = gpu_ld_u32(r + 8 * n), s1 = gpu_ld_u32(r + 8 * n + 4);
+        const uint32_t dd = gpu_ld_u32(r + 16);
+        const float d = gpu_h2f(dd & 0xFFFFu), dmin = gpu_h2f(dd >> 16);
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) c.q[j][i] = (int)((u[i] >> (2 * j)) & 0x03030303u);
+            // scale byte 8n + 2j + h
+            const uint32_t sc = ((j < 2 ? s0 : s1) >> (8 * (2 * (j % 2) + h))) & 0xFF;
+            c.d[j] = d * (float)(sc & 0xF);
+            c.m[j] = -dmin * (float)(sc >> 4);
+            c.e[j] = e0 + 128 * n + 32 * j + 16 * h;
+        }
+    }
+};
+
+// Q3_K: chunks as Q2_K; the high bit of element 128n + 32j + l is bit 4n + j
+// of hmask[l]; values q2 - 4·(1 - bit) in [-4, 3].
+template <> struct gpu_qt<GGML_TYPE_Q3_K> {
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 110, BULK_OFF = 0, BULK = 96, REST = 14;
+    static constexpr bool MIN = false, PAIRED = false;
+    GPU_QT_LOAD {
+        const int n = ci / 2, h = ci % 2;
+        const uint8_t *b = w.bulk + blk * BULK;
+        const int4 hv = gpu_ld16(b + 16 * h);
+        const int4 v = gpu_ld16(b + 32 + 32 * n + 16 * h);
+        const uint8_t *r = w.rest + blk * REST; // scales[12], d (2-byte aligned)
+        const uint32_t w0 = gpu_ld_u32_a2(r), w1 = gpu_ld_u32_a2(r + 4), w2 = gpu_ld_u32_a2(r + 8);
+        const float d = gpu_h2f(gpu_ld_u16(r + 12));
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+        const uint32_t hm[4] = {(uint32_t)hv.x, (uint32_t)hv.y, (uint32_t)hv.z, (uint32_t)hv.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int bit = 4 * n + j;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t q = ((u[i] >> (2 * j)) & 0x03030303u) |
+                                   (((hm[i] >> bit) & 0x01010101u) << 2);
+                c.q[j][i] = gpu_sub_bytes(q, 0x04040404u);
+            }
+            // 6-bit scale k = 8n + 2j + h: low 4 bits in byte (2j + h) % 8 (high nibble
+            // when n = 1), high 2 bits at 2·(k/4) of byte 8 + k%4
+            const int k = 8 * n + 2 * j + h;
+            const uint32_t lo = (((j < 2 ? w0 : w1) >> (8 * (2 * (j % 2) + h))) >> (4 * n)) & 0xF;
+            const uint32_t hi = ((w2 >> (8 * (k % 4))) >> (2 * (k / 4))) & 3;
+            c.d[j] = d * (float)((int)(lo | (hi << 4)) - 32);
+            c.m[j] = 0.0f;
+            c.e[j] = e0 + 128 * n + 32 * j + 16 * h;
+        }
+    }
+};
+
+// Q4_K: chunk j = 32 bytes of qs = sub-blocks 2j (low nibbles) and 2j+1 (high).
+template <> struct gpu_qt<GGML_TYPE_Q4_K> {
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 144, BULK_OFF = 16, BULK = 128, REST = 16;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        const int j = ci;
+        const uint8_t *b = w.bulk + blk * BULK + 32 * j;
+        const int4 v0 = gpu_ld16(b), v1 = gpu_ld16(b + 16);
+        const int4 r = gpu_ld16(w.rest + blk * REST); // d, dmin, scales[12]
+        const float d = gpu_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_h2f((uint32_t)r.x >> 16);
+        const uint32_t u0[4] = {(uint32_t)v0.x, (uint32_t)v0.y, (uint32_t)v0.z, (uint32_t)v0.w};
+        const uint32_t u1[4] = {(uint32_t)v1.x, (uint32_t)v1.y, (uint32_t)v1.z, (uint32_t)v1.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)(u0[i] & 0x0F0F0F0Fu);
+            c.q[1][i] = (int)(u1[i] & 0x0F0F0F0Fu);
+            c.q[2][i] = (int)((u0[i] >> 4) & 0x0F0F0F0Fu);
+            c.q[3][i] = (int)((u1[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        float sc, mn;
+        gpu_k4_scale_min((uint32_t)r.y, (uint32_t)r.z, (uint32_t)r.w, 2 * j, sc, mn);
+        c.d[0] = c.d[1] = d * sc;
+        c.m[0] = c.m[1] = -dmin * mn;
+        gpu_k4_scale_min((uint32_t)r.y, (uint32_t)r.z, (uint32_t)r.w, 2 * j + 1, sc, mn);
+        c.d[2] = c.d[3] = d * sc;
+        c.m[2] = c.m[3] = -dmin * mn;
+        c.e[0] = e0 + 64 * j;
+        c.e[1] = e0 + 64 * j + 16;
+        c.e[2] = e0 + 64 * j + 32;
+        c.e[3] = e0 + 64 * j + 48;
+    }
+};
+
+// Q5_K: as Q4_K, with the fifth bit of element 64j + 32t + l at bit 2j + t of qh[l].
+template <> struct gpu_qt<GGML_TYPE_Q5_K> {
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 176, BULK_OFF = 16, BULK = 160, REST = 16;
+    static constexpr bool MIN = true, PAIRED = true;
+    GPU_QT_LOAD {
+        const int j = ci;
+        const uint8_t *b = w.bulk + blk * BULK; // qh[32], qs[128]
+        const int4 h0 = gpu_ld16(b), h1 = gpu_ld16(b + 16);
+        const int4 v0 = gpu_ld16(b + 32 + 32 * j), v1 = gpu_ld16(b + 48 + 32 * j);
+        const int4 r = gpu_ld16(w.rest + blk * REST);
+        const float d = gpu_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_h2f((uint32_t)r.x >> 16);
+        const uint32_t u0[4] = {(uint32_t)v0.x, (uint32_t)v0.y, (uint32_t)v0.z, (uint32_t)v0.w};
+        const uint32_t u1[4] = {(uint32_t)v1.x, (uint32_t)v1.y, (uint32_t)v1.z, (uint32_t)v1.w};
+        const uint32_t g0[4] = {(uint32_t)h0.x, (uint32_t)h0.y, (uint32_t)h0.z, (uint32_t)h0.w};
+        const uint32_t g1[4] = {(uint32_t)h1.x, (uint32_t)h1.y, (uint32_t)h1.z, (uint32_t)h1.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            c.q[0][i] = (int)((u0[i] & 0x0F0F0F0Fu) | (((g0[i] >> (2 * j)) & 0x01010101u) << 4));
+            c.q[1][i] = (int)((u1[i] & 0x0F0F0F0Fu) | (((g1[i] >> (2 * j)) & 0x01010101u) << 4));
+            c.q[2][i] = (int)(((u0[i] >> 4) & 0x0F0F0F0Fu) |
+                              (((g0[i] >> (2 * j + 1)) & 0x01010101u) << 4));
+            c.q[3][i] = (int)(((u1[i] >> 4) & 0x0F0F0F0Fu) |
+                              (((g1[i] >> (2 * j + 1)) & 0x01010101u) << 4));
+        }
+        float sc, mn;
+        gpu_k4_scale_min((uint32_t)r.y, (uint32_t)r.z, (uint32_t)r.w, 2 * j, sc, mn);
+        c.d[0] = c.d[1] = d * sc;
+        c.m[0] = c.m[1] = -dmin * mn;
+        gpu_k4_scale_min((uint32_t)r.y, (uint32_t)r.z, (uint32_t)r.w, 2 * j + 1, sc, mn);
+        c.d[2] = c.d[3] = d * sc;
+        c.m[2] = c.m[3] = -dmin * mn;
+        c.e[0] = e0 + 64 * j;
+        c.e[1] = e0 + 64 * j + 16;
+        c.e[2] = e0 + 64 * j + 32;
+        c.e[3] = e0 + 64 * j + 48;
+    }
+};
+
+// Q6_K: chunk ci: half n = ci/4, r = ci%4: 16 bytes of ql at 64n + 16r hold
+// groups g = r/2 (low nibbles) and g + 2 (high), lines l = 16·(r%2) + 0..15;
+// the two high bits of element 128n + 32g + l are bits 2g of qh[32n + l].
+template <> struct gpu_qt<GGML_TYPE_Q6_K> {
+    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 210, BULK_OFF = 0, BULK = 192, REST = 18;
+    static constexpr bool MIN = false, PAIRED = false;
+    GPU_QT_LOAD {
+        const int n = ci / 4, rr = ci % 4, g = rr / 2, ls = rr % 2;
+        const uint8_t *b = w.bulk + blk * BULK; // ql[128], qh[64]
+        const int4 lv = gpu_ld16(b + 64 * n + 16 * rr);
+        const int4 hv = gpu_ld16(b + 128 + 32 * n + 16 * ls);
+        const uint8_t *r = w.rest + blk * REST; // int8 scales[16], d
+        const float d = gpu_h2f(gpu_ld_u16(r + 16));
+        const int8_t *sc = (const int8_t *)r + 8 * n + 2 * g + ls;
+        const uint32_t ql[4] = {(uint32_t)lv.x, (uint32_t)lv.y, (uint32_t)lv.z, (uint32_t)lv.w};
+        const uint32_t qh[4] = {(uint32_t)hv.x, (uint32_t)hv.y, (uint32_t)hv.z, (uint32_t)hv.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t lo = (ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g)) & 0x03030303u) << 4);
+            const uint32_t hi =
+                ((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g + 4)) & 0x03030303u) << 4);
+            c.q[0][i] = gpu_sub_bytes(lo, 0x20202020u);
+            c.q[1][i] = gpu_sub_bytes(hi, 0x20202020u);
+        }
+        c.d[0] = d * (float)sc[0];
+        c.d[1] = d * (float)sc[4];
+        c.m[0] = c.m[1] = 0.0f;
+        c.e[0] = e0 + 128 * n + 32 * g + 16 * ls;
+        c.e[1] = e0 + 128 * n + 32 * (g + 2) + 16 * ls;
+    }
+};
+
+// IQ4_XS: chunk ib = sub-block of 32, its 6-bit scale split over scales_l/_h.
+template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
+    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8;
+    static constexpr bool MIN = false, PAIRED = true;
+    GPU_QT_LOAD {
+        const int ib = ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK + 16 * ib);
+        const uint2 r = *(const uint2 *)(w.rest + blk * REST); // d, scales_h | scales_l[4]
+        const uint32_t ls = ((r.y >> (4 * ib)) & 0xF) | (((r.x >> (16 + 2 * ib)) & 3) << 4);
+        const float d = gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32);
+        gpu_iq4_lookup((uint32_t)v.x, c.q[0][0], c.q[1][0]);
+        gpu_iq4_lookup((uint32_t)v.y, c.q[0][1], c.q[1][1]);
+        gpu_iq4_lookup((uint32_t)v.z, c.q[0][2], c.q[1][2]);
+        gpu_iq4_lookup((uint32_t)v.w, c.q[0][3], c.q[1][3]);
+        c.d[0] = c.d[1] = d;
+        c.m[0] = c.m[1] = 0.0f;
+        c.e[0] = e0 + 32 * ib;
+        c.e[1] = e0 + 32 * ib + 16;
+    }
+};
+
+#undef GPU_QT_LOAD
+
+// Loads chunk `item` (chunks counted along the row) of row `row` of w.
+template <class Q>
+static __device__ __forceinline__ void gpu_load_item(const gpu_mat &w, int64_t row, int item,
+                                                     gpu_chunk<Q::R> &c) {
+    const int ib = item / Q::QI;
+    Q::load(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
+}
+
+// Dot product of a loaded chunk with one row of quantized activations.
+template <class Q>
+static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, const int8_t *aq,
+                                                      const float2 *ads) {
+    float v = 0.0f;
+    if (Q::PAIRED) {
+#pragma unroll
+        for (int p = 0; p < Q::R; p += 2) {
+            const int4 a0 = gpu_ld16(aq + c.e[p]), a1 = gpu_ld16(aq + c.e[p] + 16);
+            int dot = st_dp4a(c.q[p][0], a0.x, 0);
+            dot = st_dp4a(c.q[p][1], a0.y, dot);
+            dot = st_dp4a(c.q[p][2], a0.z, dot);
+            dot = st_dp4a(c.q[p][3], a0.w, dot);
+            dot = st_dp4a(c.q[p + 1][0], a1.x, dot);
+            dot = st_dp4a(c.q[p + 1][1], a1.y, dot);
+            dot = st_dp4a(c.q[p + 1][2], a1.z, dot);
+            dot = st_dp4a(c.q[p + 1][3], a1.w, dot);
+            const float2 ds = ads[c.e[p] / 32];
+            v += c.d[p] * ds.x * (float)dot;
+            if (Q::MIN) v += c.m[p] * ds.y;
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < Q::R; r++) {
+            const int4 a = gpu_ld16(aq + c.e[r]);
+            int dot = st_dp4a(c.q[r][0], a.x, 0);
+            dot = st_dp4a(c.q[r][1], a.y, dot);
+            dot = st_dp4a(c.q[r][2], a.z, dot);
+            dot = st_dp4a(c.q[r][3], a.w, dot);
+            const float da = ads[c.e[r] / 32].x;
+            float t = c.d[r] * (float)dot;
+            if (Q::MIN) {
+                int sum = st_dp4a(0x01010101, a.x, 0);
+                sum = st_dp4a(0x01010101, a.y, sum);
+                sum = st_dp4a(0x01010101, a.z, sum);
+                sum = st_dp4a(0x01010101, a.w, sum);
+                t += c.m[r] * (float)sum;
+            }
+            v += da * t;
+        }
+    }
+    return v;
+}
+
+// Instantiates F<type> for the quantized weight types the GPU computes with,
+// as the cases of a switch over an enum ggml_type.
+#define GPU_QTYPE_CASES(F)                                                                    \
+    case GGML_TYPE_Q4_0: F(GGML_TYPE_Q4_0); break;                                            \
+    case GGML_TYPE_Q4_1: F(GGML_TYPE_Q4_1); break;                                            \
+    case GGML_TYPE_Q5_0: F(GGML_TYPE_Q5_0); break;                                            \
+    case GGML_TYPE_Q5_1: F(GGML_TYPE_Q5_1); break;                                            \
+    case GGML_TYPE_Q8_0: F(GGML_TYPE_Q8_0); break;                                            \
+    case GGML_TYPE_Q2_K: F(GGML_TYPE_Q2_K); break;                                            \
+    case GGML_TYPE_Q3_K: F(GGML_TYPE_Q3_K); break;                                            \
+    case GGML_TYPE_Q4_K: F(GGML_TYPE_Q4_K); break;                                            \
+    case GGML_TYPE_Q5_K: F(GGML_TYPE_Q5_K); break;                                            \
+    case GGML_TYPE_Q6_K: F(GGML_TYPE_Q6_K); break;                                            \
+    case GGML_TYPE_IQ4_NL: F(GGML_TYPE_IQ4_NL); break;                                        \
+    case GGML_TYPE_IQ4_XS: F(GGML_TYPE_IQ4_XS); break;
+
+#endif

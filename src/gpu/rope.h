@@ -1,0 +1,19 @@
+// rope.h: rotary position embedding (see rope.cu).
+#ifndef STRATA_GPU_ROPE_H
+#define STRATA_GPU_ROPE_H
+
+#include "common.h"
+
+// Fills cs (n_pos, n_dims/2) with (cos θ, sin θ) for positions 0 .. n_pos-1,
+// θ = pos · freq_scale · base^(-2i/n_dims) / freq_factors[i] computed in
+// float64 on the host and rounded once (freq_factors may be NULL).
+void gpu_rope_table(float2 *cs, int n_pos, int n_dims, float base, float freq_scale,
+                    const float *freq_factors);
+
+// Rotates x (n, n_head, head_dim) in place for positions pos0 .. pos0+n-1 with
+// the table cs of gpu_rope_table (covering those positions): pairs (2i, 2i+1)
+// when neox is 0, (i, i + n_dims/2) when 1, i < n_dims/2. Enqueued on s.
+void gpu_rope(float *x, const float2 *cs, int n, int n_head, int head_dim, int n_dims, int pos0,
+              int neox, gpuStream_t s);
+
+#endif

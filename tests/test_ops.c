@@ -1,0 +1,697 @@
+// test_ops.c: the op harness. Runs every op × type × shape of struct backend
+// on every built backend (the fast CPU backend always, the GPU backend in
+// builds with one) against the reference backend (backend_cpu_ref_init:
+// scalar, double accumulation), on fresh random inputs (seed printed;
+// STRATA_SEED repeats a run), outputs poisoned with NaN before each run.
+//
+// Each case passes when every element is within its bound and the tensor's
+// normalised squared error (NMSE = Σ(out-ref)² / Σref²) is within its bound;
+// on failure the worst element is printed. Bounds come from the arithmetic,
+// not from what passed: for products on 8-bit activations (blocks of B values
+// with scale d = max|x|/127, rounding error uniform in ±d/2) an output's error
+// has standard deviation σ = sqrt(Σ_c w_c² d_c² / 12); an element may be off
+// by 8σ plus 2^-11·Σ|w_c x_c| (half-precision scales), and the tensor's Σ(out-ref)²
+// may be at most (4 + 64/N)·Σσ² over its N elements (the 64/N keeps a chi-square
+// of few elements from failing by chance; the slack counts in it as an 8σ).
+// Float products get 2^-21·Σ|w_c x_c| (8 float roundings of the sum of
+// magnitudes); element-wise ops a few ulps.
+//
+//   test_ops              every op on every backend (make test runs this)
+//   test_ops --require-gpu   fail rather than skip when no GPU is usable
+//   test_ops --gpu-only   skip the CPU backend (for runs under a memory checker)
+//   test_ops --perf       GPU benchmarks: read-bandwidth ceiling, then matrix ×
+//                         vector GB/s per type, shape and threads per row
+//   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
+#include "test.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "quant.h"
+#include "sampler.h"
+#include "util.h"
+#ifdef STRATA_GPU
+#include "gpu/gpu.h"
+#endif
+
+// --- random numbers --------------------------------------------------------------------
+
+static uint64_t rng_state;
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1p-53; } // [0, 1)
+
+static float rng_normal(void) {
+    const double u = 1.0 - rng_unit(), v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static void fill_normal(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal();
+}
+
+// --- backends ------------------------------------------------------------------------
+
+struct be_entry {
+    struct backend *be;
+    bool gpu;
+};
+
+static struct backend *ref;
+static struct be_entry bes[2];
+static int n_bes;
+
+static void *xmalloc_f(size_t n) { return st_xmalloc(n * sizeof(float)); }
+
+// A buffer of be holding host[0..bytes).
+static void *put(struct backend *be, const void *host, size_t bytes) {
+    void *p = be->alloc(be, bytes);
+    if (!p) {
+        printf("  cannot allocate %zu bytes on %s: %s\n", bytes, be->name, st_last_error());
+        exit(1);
+    }
+    if (host) be->upload(be, p, host, bytes);
+    return p;
+}
+
+// Fills buffer p of be (n floats) with NaN, so unwritten outputs show.
+static void poison(struct backend *be, void *p, size_t n) {
+    float *nan = xmalloc_f(n);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    be->upload(be, p, nan, n * sizeof(float));
+    free(nan);
+}
+
+// Downloads n floats of p from be and syncs; false (with a message) on error.
+static bool get(struct backend *be, float *host, const void *p, size_t n) {
+    be->download(be, host, p, n * sizeof(float));
+    if (be->sync(be)) {
+        printf("    %s failed: %s\n", be->name, st_last_error());
+        return false;
+    }
+    return true;
+}
+
+// --- comparison ------------------------------------------------------------------------
+
+// Checks got against want: element i within bound[i], or within
+// atol_rel·rms(want) + rtol·|want_i| when bound is NULL, and the NMSE within
+// nmse_max. Counts the case and prints the worst element on failure.
+static bool compare(const char *be_name, const char *what, const float *got, const float *want,
+                    const double *bound, size_t n, double atol_rel, double rtol, double nmse_max) {
+    double ss_ref = 0, ss_err = 0;
+    for (size_t i = 0; i < n; i++) ss_ref += (double)want[i] * want[i];
+    const double rms = n ? sqrt(ss_ref / (double)n) : 0;
+    size_t bad = 0, worst = 0;
+    double worst_ratio = -1;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        const double allowed = bound ? bound[i] : atol_rel * rms + rtol * fabs(want[i]);
+        const double ratio = isnan(d) ? INFINITY : (allowed > 0 ? d / allowed : (d > 0 ? INFINITY : 0));
+        if (!(d <= allowed)) bad++;
+        if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+        if (!isnan(d)) ss_err += d * d;
+    }
+    const double nmse = ss_ref > 0 ? ss_err / ss_ref : ss_err;
+    const bool ok = bad == 0 && nmse <= nmse_max;
+    if (ok) {
+        test_n_pass++;
+        return true;
+    }
+    test_n_fail++;
+    const double allowed_w = bound ? bound[worst] : atol_rel * rms + rtol * fabs(want[worst]);
+    printf("  FAIL %s %s: %zu of %zu elements out; worst [%zu] got %.9g want %.9g (|diff| %.3g, "
+           "allowed %.3g); NMSE %.3g (max %.3g)\n",
+           be_name, what, bad, n, worst, (double)got[worst], (double)want[worst],
+           fabs((double)got[worst] - want[worst]), allowed_w, nmse, nmse_max);
+    return false;
+}
+
+// --- weights ---------------------------------------------------------------------------
+
+// Byte offsets of the half-precision scale fields of each block (facts of the
+// GGUF block layouts); every other byte of a block is random.
+struct half_fields {
+    enum ggml_type type;
+    int off[2];
+    int n;
+};
+static const struct half_fields half_fields[] = {
+    {GGML_TYPE_Q4_0, {0}, 1},        {GGML_TYPE_Q4_1, {0, 2}, 2},  {GGML_TYPE_Q5_0, {0}, 1},
+    {GGML_TYPE_Q5_1, {0, 2}, 2},     {GGML_TYPE_Q8_0, {0}, 1},     {GGML_TYPE_Q2_K, {80, 82}, 2},
+    {GGML_TYPE_Q3_K, {108}, 1},      {GGML_TYPE_Q4_K, {0, 2}, 2},  {GGML_TYPE_Q5_K, {0, 2}, 2},
+    {GGML_TYPE_Q6_K, {208}, 1},      {GGML_TYPE_IQ4_NL, {0}, 1},   {GGML_TYPE_IQ4_XS, {0}, 1},
+};
+
+static const enum ggml_type all_types[] = {
+    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_1,
+    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+};
+#define N_TYPES (sizeof all_types / sizeof *all_types)
+
+static bool is_float_type(enum ggml_type t) {
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
+}
+
+// Random weight data of type t (rows, cols): floats N(0, 1); quantized blocks
+// random bytes with scales ±[0.5, 1.5]·2^-6. The caller frees w.data.
+static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
+    const struct quant_traits *qt = quant_get(t);
+    struct weight w = {0};
+    w.name = "w";
+    w.name_len = 1;
+    w.type = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = quant_row_size(t, cols);
+    const size_t bytes = (size_t)rows * w.row_bytes;
+    uint8_t *d = st_xmalloc(bytes);
+    if (t == GGML_TYPE_F32) {
+        fill_normal((float *)d, (size_t)rows * cols);
+    } else if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
+        uint16_t *h = (uint16_t *)d;
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            h[i] = t == GGML_TYPE_F16 ? st_f32_to_fp16(rng_normal()) : st_f32_to_bf16(rng_normal());
+    } else {
+        for (size_t i = 0; i < bytes; i++) d[i] = (uint8_t)rng_u64();
+        const struct half_fields *hf = NULL;
+        for (size_t i = 0; i < sizeof half_fields / sizeof *half_fields; i++)
+            if (half_fields[i].type == t) hf = &half_fields[i];
+        ST_ASSERT(hf);
+        for (size_t b = 0; b < bytes / qt->type_size; b++)
+            for (int k = 0; k < hf->n; k++) {
+                const float v = (float)((0.5 + rng_unit()) * (rng_u64() & 1 ? -1 : 1) / 64.0);
+                const uint16_t h = st_f32_to_fp16(v);
+                memcpy(d + b * qt->type_size + hf->off[k], &h, 2);
+            }
+    }
+    w.data = d;
+    return w;
+}
+
+// Size of the activation blocks backend `be` quantizes to for weights of
+// type t: 0 for float activations.
+static int act_block(const struct be_entry *e, enum ggml_type t) {
+    if (is_float_type(t)) return 0;
+    if (e->gpu) return 32;
+    const enum ggml_type vt = quant_get(t)->vec_dot_type;
+    return (int)quant_get(vt)->block_size;
+}
+
+// Per-element bounds of y = x·wᵀ (n tokens) computed with activation blocks of B
+// (0: float), and the matching NMSE bound against ref.
+static double *matmul_bounds(const struct weight *w, const float *x, int n, int B, const float *ref_y,
+                             double *nmse_max) {
+    const int64_t rows = w->rows, cols = w->cols;
+    double *bound = st_xmalloc(sizeof(double) * (size_t)n * rows);
+    float *row = xmalloc_f((size_t)cols);
+    double *dq = st_xmalloc(sizeof(double) * (size_t)n * cols); // (d_c)² per token and column
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * cols;
+        for (int64_t c0 = 0; B && c0 < cols; c0 += B) {
+            double amax = 0;
+            for (int64_t c = c0; c < c0 + B; c++) amax = fmax(amax, fabs(xt[c]));
+            const double d = amax / 127.0;
+            for (int64_t c = c0; c < c0 + B; c++) dq[(size_t)t * cols + c] = d * d;
+        }
+    }
+    double ss_var = 0, ss_ref = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_get(w->type)->dequantize_row((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
+                                           cols);
+        for (int t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * cols;
+            double var = 0, l1 = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                l1 += fabs((double)row[c] * xt[c]);
+                if (B) var += (double)row[c] * row[c] * dq[(size_t)t * cols + c] / 12.0;
+            }
+            const double sigma = sqrt(var);
+            const double slack = (B ? 0x1p-11 : 0.0) + 0x1p-21;
+            bound[(size_t)t * rows + r] = 8 * sigma + slack * l1;
+            // rounding of scales and sums, counted as if its bound were 8σ too
+            ss_var += var + (slack * l1 / 8) * (slack * l1 / 8);
+            const double y = ref_y[(size_t)t * rows + r];
+            ss_ref += y * y;
+        }
+    }
+    const double ss_bound = (4 + 64.0 / ((double)n * rows)) * ss_var;
+    *nmse_max = ss_ref > 0 ? ss_bound / ss_ref : ss_bound;
+    free(row);
+    free(dq);
+    return bound;
+}
+
+// --- ops ---------------------------------------------------------------------------------
+
+static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols,
+                             int n) {
+    struct weight w = make_weight(t, rows, cols);
+    const size_t nx = (size_t)n * cols, ny = (size_t)n * rows;
+    float *x = xmalloc_f(nx), *want = xmalloc_f(ny), *got = xmalloc_f(ny);
+    fill_normal(x, nx);
+    ref->matmul(ref, &w, x, want, n);
+    double nmse_max;
+    double *bound = matmul_bounds(&w, x, n, act_block(e, t), want, &nmse_max);
+
+    struct weight wb = w;
+    if (e->be->prepare_weight(e->be, &wb)) {
+        printf("  FAIL %s matmul %s: prepare_weight: %s\n", e->be->name, quant_name(t), st_last_error());
+        test_n_fail++;
+    } else {
+        float *bx = put(e->be, x, nx * sizeof(float)), *by = put(e->be, NULL, ny * sizeof(float));
+        // the split variant: every threads-per-row choice for single tokens
+        static const int tprs[] = {0, 16, 32, 64, 128, 256};
+        const int n_tpr = e->gpu && n == 1 ? (int)(sizeof tprs / sizeof *tprs) : 1;
+        for (int k = 0; k < n_tpr; k++) {
+#ifdef STRATA_GPU
+            if (e->gpu) gpu_backend_set_matvec_split(e->be, tprs[k]);
+#endif
+            poison(e->be, by, ny);
+            e->be->matmul(e->be, &wb, bx, by, n);
+            char what[128];
+            snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%.0d", quant_name(t),
+                     (long long)rows, (long long)cols, n, n_tpr > 1 ? " tpr=" : "", n_tpr > 1 ? tprs[k] : 0);
+            if (get(e->be, got, by, ny))
+                compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
+            else
+                test_n_fail++;
+        }
+#ifdef STRATA_GPU
+        if (e->gpu) gpu_backend_set_matvec_split(e->be, 0);
+#endif
+        e->be->release(e->be, bx);
+        e->be->release(e->be, by);
+        if (wb.dev) e->be->release(e->be, wb.dev);
+    }
+    free(bound);
+    free(x);
+    free(want);
+    free(got);
+    free((void *)w.data);
+}
+
+static void test_matmul(const struct be_entry *e) {
+    // rows ragged against warps and blocks; n covers one token, the small
+    // batches of the matrix × vector kernels and the tiled batch product
+    static const int64_t shapes32[][3] = {{1, 32, 1},   {7, 96, 1},   {33, 576, 1},  {300, 1024, 1},
+                                          {77, 224, 2}, {77, 224, 3}, {40, 288, 5},  {40, 288, 8},
+                                          {70, 320, 9}, {130, 160, 67}, {65, 4160, 1}};
+    static const int64_t shapes256[][3] = {{1, 256, 1},  {7, 512, 1},   {33, 768, 1},
+                                           {300, 1024, 1}, {77, 256, 3}, {40, 512, 8},
+                                           {70, 512, 9},  {130, 256, 67}, {65, 4352, 1}};
+    static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1},  {33, 576, 1}, {300, 1024, 1},
+                                         {77, 101, 3}, {40, 96, 8},  {70, 100, 9}, {130, 96, 67}};
+    const int before = test_n_fail;
+    int cases = 0;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum ggml_type t = all_types[ti];
+        const int64_t(*s)[3];
+        size_t ns;
+        if (is_float_type(t)) s = shapesf, ns = sizeof shapesf / sizeof *shapesf;
+        else if (quant_get(t)->block_size == 32) s = shapes32, ns = sizeof shapes32 / sizeof *shapes32;
+        else s = shapes256, ns = sizeof shapes256 / sizeof *shapes256;
+        for (size_t k = 0; k < ns; k++, cases++) test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2]);
+    }
+    printf("  %s %s matmul: %d shapes over %zu types\n", test_n_fail == before ? "ok  " : "FAIL",
+           e->be->name, cases, N_TYPES);
+}
+
+static void test_get_rows(const struct be_entry *e) {
+    const int before = test_n_fail;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum ggml_type t = all_types[ti];
+        const int64_t bs = quant_get(t)->block_size;
+        const int64_t rows = 37, cols = bs == 1 ? 100 : (bs == 32 ? 224 : 512);
+        struct weight w = make_weight(t, rows, cols);
+        const int n = 5;
+        const int32_t tok[5] = {0, 36, 5, 5, (int32_t)(rng_u64() % rows)};
+        float *want = xmalloc_f((size_t)n * cols), *got = xmalloc_f((size_t)n * cols);
+        ref->get_rows(ref, &w, tok, n, want);
+        struct weight wb = w;
+        if (e->be->prepare_weight(e->be, &wb)) {
+            printf("  FAIL %s get_rows %s: %s\n", e->be->name, quant_name(t), st_last_error());
+            test_n_fail++;
+        } else {
+            int32_t *bt = put(e->be, tok, sizeof tok);
+            float *bo = put(e->be, NULL, sizeof(float) * (size_t)n * cols);
+            poison(e->be, bo, (size_t)n * cols);
+            e->be->get_rows(e->be, &wb, bt, n, bo);
+            char what[64];
+            snprintf(what, sizeof what, "get_rows %s %lldx%lld", quant_name(t), (long long)rows,
+                     (long long)cols);
+            if (get(e->be, got, bo, (size_t)n * cols))
+                compare(e->be->name, what, got, want, NULL, (size_t)n * cols, 1e-6, 1e-6, 1e-12);
+            else
+                test_n_fail++;
+            e->be->release(e->be, bt);
+            e->be->release(e->be, bo);
+            e->be->release(e->be, wb.dev);
+        }
+        free(want);
+        free(got);
+        free((void *)w.data);
+    }
+    printf("  %s %s get_rows: %zu types\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, N_TYPES);
+}
+
+static void test_rms_norm(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int dims[] = {1, 7, 576, 4097};
+    for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
+        for (int n = 1; n <= 3; n += 2) {
+            const int dim = dims[k];
+            struct weight w = make_weight(GGML_TYPE_F32, 1, dim);
+            float *x = xmalloc_f((size_t)n * dim), *want = xmalloc_f((size_t)n * dim),
+                  *got = xmalloc_f((size_t)n * dim);
+            fill_normal(x, (size_t)n * dim);
+            ref->rms_norm(ref, &w, x, want, n, dim, 1e-5f);
+            struct weight wb = w;
+            if (e->be->prepare_weight(e->be, &wb)) {
+                printf("  FAIL %s rms_norm: %s\n", e->be->name, st_last_error());
+                test_n_fail++;
+            } else {
+                float *bx = put(e->be, x, sizeof(float) * (size_t)n * dim);
+                float *bo = put(e->be, NULL, sizeof(float) * (size_t)n * dim);
+                poison(e->be, bo, (size_t)n * dim);
+                e->be->rms_norm(e->be, &wb, bx, bo, n, dim, 1e-5f);
+                char what[64];
+                snprintf(what, sizeof what, "rms_norm dim=%d n=%d", dim, n);
+                if (get(e->be, got, bo, (size_t)n * dim))
+                    compare(e->be->name, what, got, want, NULL, (size_t)n * dim, 1e-6, 1e-5, 1e-10);
+                else
+                    test_n_fail++;
+                e->be->release(e->be, bx);
+                e->be->release(e->be, bo);
+                if (wb.dev) e->be->release(e->be, wb.dev);
+            }
+            free(x);
+            free(want);
+            free(got);
+            free((void *)w.data);
+        }
+    printf("  %s %s rms_norm\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+static void test_rope(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int hds[] = {64, 128, 40};
+    static const int pos0s[] = {0, 1000, 30000};
+    for (int kind = 0; kind < 2; kind++)
+        for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+            for (int partial = 0; partial < 2; partial++)
+                for (int with_ff = 0; with_ff < 2; with_ff++)
+                    for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
+                        const int hd = hds[hi], n_head = 1 + (int)(rng_u64() % 9);
+                        const int n = pi == 1 ? 1 : 4, pos0 = pos0s[pi];
+                        struct rope_params rp = {kind ? ROPE_KIND_NEOX : ROPE_KIND_NORM,
+                                                 partial ? hd / 2 : hd, 10000.0f,
+                                                 with_ff ? 0.25f : 1.0f, NULL};
+                        float ff[64];
+                        for (int i = 0; i < rp.n_dims / 2; i++) ff[i] = (float)(1 + 3 * rng_unit());
+                        if (with_ff) rp.freq_factors = ff;
+                        const size_t nx = (size_t)n * n_head * hd;
+                        float *x = xmalloc_f(nx), *want = xmalloc_f(nx), *got = xmalloc_f(nx);
+                        fill_normal(x, nx);
+                        memcpy(want, x, nx * sizeof(float));
+                        ref->rope(ref, want, n, n_head, hd, pos0, &rp);
+                        float *bx = put(e->be, x, nx * sizeof(float));
+                        e->be->rope(e->be, bx, n, n_head, hd, pos0, &rp);
+                        char what[128];
+                        snprintf(what, sizeof what, "rope %s hd=%d n_dims=%d ff=%d pos0=%d n=%d heads=%d",
+                                 kind ? "neox" : "norm", hd, rp.n_dims, with_ff, pos0, n, n_head);
+                        if (get(e->be, got, bx, nx))
+                            compare(e->be->name, what, got, want, NULL, nx, 1e-6, 1e-5, 1e-10);
+                        else
+                            test_n_fail++;
+                        e->be->release(e->be, bx);
+                        free(x);
+                        free(want);
+                        free(got);
+                    }
+    printf("  %s %s rope\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+static void test_kv_store_attention(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256}, {6, 2, 32}};
+    static const int pos0s[] = {0, 7, 300, 1100};
+    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
+        for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
+            for (int n = 1; n <= 5; n += 4) {
+                const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
+                const int pos0 = pos0s[pi], kv_dim = n_head_kv * hd;
+                // 3 rows past the last position hold NaN: reading them is a bug
+                const int n_ctx = pos0 + n + 3;
+                const size_t nc = (size_t)n_ctx * kv_dim, nq = (size_t)n * n_head * hd;
+                const size_t nkv = (size_t)n * kv_dim;
+                float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *q = xmalloc_f(nq);
+                float *k = xmalloc_f(nkv), *v = xmalloc_f(nkv);
+                float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc);
+                fill_normal(kc, nc);
+                fill_normal(vc, nc);
+                for (size_t i = (size_t)(pos0 + n) * kv_dim; i < nc; i++) kc[i] = vc[i] = NAN;
+                fill_normal(q, nq);
+                fill_normal(k, nkv);
+                fill_normal(v, nkv);
+                float *bkc = put(e->be, kc, nc * sizeof(float)), *bvc = put(e->be, vc, nc * sizeof(float));
+                float *bk = put(e->be, k, nkv * sizeof(float)), *bv = put(e->be, v, nkv * sizeof(float));
+                float *bq = put(e->be, q, nq * sizeof(float)), *bo = put(e->be, NULL, nq * sizeof(float));
+                ref->kv_store(ref, kc, vc, k, v, n, pos0, kv_dim);
+                e->be->kv_store(e->be, bkc, bvc, bk, bv, n, pos0, kv_dim);
+                char what[128];
+                snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d", pos0, n, kv_dim);
+                if (get(e->be, gotc, bkc, nc))
+                    compare(e->be->name, what, gotc, kc, NULL, (size_t)(pos0 + n) * kv_dim, 0, 0, 0);
+                else
+                    test_n_fail++;
+                ref->attention(ref, q, kc, vc, want, n, pos0, n_head, n_head_kv, hd);
+                poison(e->be, bo, nq);
+                e->be->attention(e->be, bq, bkc, bvc, bo, n, pos0, n_head, n_head_kv, hd);
+                snprintf(what, sizeof what, "attention heads=%d/%d hd=%d pos0=%d n=%d", n_head,
+                         n_head_kv, hd, pos0, n);
+                if (get(e->be, got, bo, nq))
+                    compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
+                else
+                    test_n_fail++;
+                void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
+                for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
+                free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
+            }
+    printf("  %s %s kv_store, attention\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+static void test_elementwise(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int64_t sizes[] = {1, 31, 1000, 100003};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const int64_t n = sizes[k];
+        float *a = xmalloc_f((size_t)n), *b = xmalloc_f((size_t)n), *want = xmalloc_f((size_t)n),
+              *got = xmalloc_f((size_t)n);
+        fill_normal(a, (size_t)n);
+        fill_normal(b, (size_t)n);
+        for (int op = 0; op < 2; op++) {
+            memcpy(want, a, sizeof(float) * (size_t)n);
+            float *ba = put(e->be, a, sizeof(float) * (size_t)n), *bb = put(e->be, b, sizeof(float) * (size_t)n);
+            if (op == 0) ref->swiglu(ref, want, b, n), e->be->swiglu(e->be, ba, bb, n);
+            else ref->add(ref, want, b, n), e->be->add(e->be, ba, bb, n);
+            char what[64];
+            snprintf(what, sizeof what, "%s n=%lld", op ? "add" : "swiglu", (long long)n);
+            if (get(e->be, got, ba, (size_t)n))
+                compare(e->be->name, what, got, want, NULL, (size_t)n, 1e-7, op ? 0 : 1e-5, op ? 0 : 1e-10);
+            else
+                test_n_fail++;
+            e->be->release(e->be, ba);
+            e->be->release(e->be, bb);
+        }
+        free(a), free(b), free(want), free(got);
+    }
+    printf("  %s %s swiglu, add\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+#ifdef STRATA_GPU
+static void test_argmax(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int sizes[] = {1, 7, 49152, 100000};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int tie = 0; tie < 2; tie++) {
+            const int n = sizes[k];
+            float *x = xmalloc_f((size_t)n);
+            fill_normal(x, (size_t)n);
+            if (tie && n > 1) { // the maximum twice: the lower index wins
+                const int i = (int)(rng_u64() % (uint64_t)(n - 1));
+                x[i] = x[i + 1 + (int)(rng_u64() % (uint64_t)(n - 1 - i))] = 100.0f;
+            }
+            const int32_t want = sampler_argmax(x, n);
+            float *bx = put(e->be, x, sizeof(float) * (size_t)n);
+            int32_t *bo = put(e->be, NULL, sizeof(int32_t));
+            int32_t got = -1;
+            gpu_backend_argmax(e->be, bx, n, bo);
+            e->be->download(e->be, &got, bo, sizeof got);
+            if (e->be->sync(e->be) || got != want) {
+                printf("  FAIL %s argmax n=%d tie=%d: got %d want %d %s\n", e->be->name, n, tie, got,
+                       want, st_last_error());
+                test_n_fail++;
+            } else {
+                test_n_pass++;
+            }
+            e->be->release(e->be, bx);
+            e->be->release(e->be, bo);
+            free(x);
+        }
+    printf("  %s %s argmax\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+// --- benchmarks ------------------------------------------------------------------------
+
+// only: "TYPE:ROWSxCOLS" restricts the table to one type and shape, or NULL.
+static void perf(struct backend *be, const char *only) {
+    double ceiling = 0;
+    if (gpu_bench_read_bw(be, (size_t)2 << 30, 15, &ceiling)) {
+        printf("  FAIL read bandwidth: %s\n", st_last_error());
+        test_n_fail++;
+        return;
+    }
+    printf("read-bandwidth ceiling: %.0f GB/s (streaming read of 2 GiB, 16-byte loads, median of 15)\n",
+           ceiling);
+    printf("matrix x vector, weights rotating over >= 240 MB; median of 30 passes; launched one by\n"
+           "one on a stream, and the same pass replayed as a graph\n");
+    printf("| type | rows x cols | MB | threads/row | stream us | GB/s | of ceiling | graph us | GB/s "
+           "| of ceiling |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    static const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
+                                           GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1,
+                                           GGML_TYPE_F16};
+    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    static const int tprs[] = {0, 16, 32, 64, 128, 256};
+    float x[14336];
+    fill_normal(x, 14336);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            char key[64];
+            snprintf(key, sizeof key, "%s:%lldx%lld", quant_name(types[ti]), (long long)rows,
+                     (long long)cols);
+            if (only && strcmp(only, key)) continue;
+            struct weight w = make_weight(types[ti], rows, cols);
+            const double bytes = (double)rows * (double)w.row_bytes;
+            // copies enough for 4× a 60 MB cache, so every pass reads device memory
+            int copies = (int)ceil(240e6 / bytes);
+            if (copies < 2) copies = 2;
+            if (copies > 16) copies = 16;
+            struct weight ws[16];
+            struct weight *wp[16];
+            for (int c = 0; c < copies; c++) {
+                ws[c] = w;
+                wp[c] = &ws[c];
+                if (be->prepare_weight(be, &ws[c])) {
+                    printf("  FAIL prepare: %s\n", st_last_error());
+                    test_n_fail++;
+                    return;
+                }
+            }
+            float *bx = put(be, x, sizeof(float) * (size_t)cols);
+            for (size_t k = 0; k < sizeof tprs / sizeof *tprs; k++) {
+                double st = 0, sg = 0;
+                gpu_backend_set_matvec_split(be, tprs[k]);
+                if (gpu_bench_matmul(be, wp, copies, bx, 1, 30, false, &st) ||
+                    gpu_bench_matmul(be, wp, copies, bx, 1, 30, true, &sg)) {
+                    printf("  FAIL bench %s: %s\n", key, st_last_error());
+                    test_n_fail++;
+                    continue;
+                }
+                char tpr[16];
+                snprintf(tpr, sizeof tpr, tprs[k] ? "%d" : "auto", tprs[k]);
+                printf("| %s | %lldx%lld | %.1f | %s | %.2f | %.0f | %.1f%% | %.2f | %.0f | %.1f%% |\n",
+                       quant_name(types[ti]), (long long)rows, (long long)cols, bytes / 1e6, tpr,
+                       st * 1e6, bytes / st / 1e9, 100.0 * bytes / st / 1e9 / ceiling, sg * 1e6,
+                       bytes / sg / 1e9, 100.0 * bytes / sg / 1e9 / ceiling);
+            }
+            gpu_backend_set_matvec_split(be, 0);
+            be->release(be, bx);
+            for (int c = 0; c < copies; c++) be->release(be, ws[c].dev);
+            free((void *)w.data);
+        }
+}
+#endif
+
+int main(int argc, char **argv) {
+    bool want_perf = false, require_gpu = false, gpu_only = false;
+    const char *perf_only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--perf")) want_perf = true;
+        else if (!strcmp(argv[i], "--require-gpu")) require_gpu = true;
+        else if (!strcmp(argv[i], "--gpu-only")) gpu_only = true;
+        else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc) want_perf = true, perf_only = argv[++i];
+        else {
+            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only]\n",
+                   argv[0]);
+            return 2;
+        }
+    }
+    const char *seed_env = getenv("STRATA_SEED");
+    const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
+                                                : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    rng_state = seed;
+    printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+
+    ref = backend_cpu_ref_init();
+    if (!gpu_only) bes[n_bes++] = (struct be_entry){backend_cpu_init(2), false};
+#ifdef STRATA_GPU
+    char warn[512];
+    struct backend *gpu = backend_gpu_init(0, warn, sizeof warn);
+    if (gpu) {
+        if (warn[0]) printf("warning: %s\n", warn);
+        bes[n_bes++] = (struct be_entry){gpu, true};
+    } else if (require_gpu) {
+        printf("  FAIL no GPU backend: %s\n", st_last_error());
+        test_n_fail++;
+    } else {
+        printf("skip gpu: %s\n", st_last_error());
+    }
+#else
+    if (require_gpu) {
+        printf("  FAIL --require-gpu: this build has no GPU backend (build with mk/gpu.mk)\n");
+        test_n_fail++;
+    }
+#endif
+    if (want_perf) {
+#ifdef STRATA_GPU
+        for (int b = 0; b < n_bes; b++)
+            if (bes[b].gpu) perf(bes[b].be, perf_only);
+#else
+        (void)perf_only;
+        printf("--perf times the GPU backend, which this build does not have\n");
+#endif
+    } else {
+        for (int b = 0; b < n_bes; b++) {
+            const struct be_entry *e = &bes[b];
+            printf("== %s against %s\n", e->be->name, ref->name);
+            test_get_rows(e);
+            test_rms_norm(e);
+            test_matmul(e);
+            test_rope(e);
+            test_kv_store_attention(e);
+            test_elementwise(e);
+#ifdef STRATA_GPU
+            if (e->gpu) test_argmax(e);
+#endif
+        }
+    }
+    for (int b = 0; b < n_bes; b++) bes[b].be->free(bes[b].be);
+    ref->free(ref);
+    (void)test_checks_failed; // cases are counted directly, not through CHECK
+    TEST_END();
+}
