@@ -114,7 +114,7 @@ int cli_synth(int argc, char **argv) {
         goto usage_error;
     }
     if (synth_write(&p, out)) {
-        fprintf(stderr, "strata synth: %s\n", st_last_error());
+        fprintf(stderr, "strata %s\n", st_last_error());
         return 1;
     }
     fprintf(stderr, "wrote %s\n", out);

@@ -7,6 +7,7 @@ pass=0
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+"$BIN" synth -o "$tmp/tiny.gguf" >/dev/null 2>&1
 
 # expect NAME WANT_STATUS PATTERN -- ARGS...: runs strata with ARGS and checks the
 # exit status and that stdout+stderr match the extended regex PATTERN.
@@ -42,6 +43,13 @@ expect truncated_file 1 "trunc.gguf" -- run -m "$tmp/trunc.gguf" -p hi
 printf 'NOPE\003\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000' >"$tmp/magic.gguf"
 expect wrong_magic 1 "magic" -- run -m "$tmp/magic.gguf" -p hi
 expect info_missing_arg 2 "usage|MODEL" -- info
+expect info_devices 0 "GPU backend" -- info --devices
+expect info_devices_and_model 2 "takes no model" -- info --devices x.gguf
+expect synth_help 0 "--shape" -- synth --help
+expect synth_bad_type 2 "unknown tensor type 'Q9_9'" -- synth -o "$tmp/s.gguf" --type Q9_9
+expect synth_bad_width 1 "not a multiple of" -- synth -o "$tmp/s.gguf" --dim 80 --heads 4 --type Q8_0
+expect synth_and_run 0 "generated 4 tokens" -- run -m "$tmp/tiny.gguf" -p "hello" -n 4 --temp 0
+expect bench_tiny 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1
 
 if [ -f "$MODEL" ]; then
     expect ctx_too_big 1 "KV cache.*use -c [0-9]+ or less" -- run -m "$MODEL" -p hi -c 16000000
