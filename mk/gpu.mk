@@ -6,6 +6,8 @@
 #   make GPU=spirv [HIPCC=<chipStar's hipcc>]                SPIR-V, HIP on chipStar
 #   STRATA_PORTABLE_INTRINSICS=1   the portable intrinsics on any target (the
 #                                  SPIR-V arithmetic path, runnable on NVIDIA)
+#   STRATA_SPIRV_DOT4=1            GPU=spirv: the native 4x8-bit dot product
+#                                  (SPV_KHR_integer_dot_product; docs/BACKENDS.md)
 #
 # CUDA_ARCH and HIP_ARCH take a list: one binary holds code for each. The GPU
 # sources are src/gpu/*.cu; they go into libstrata.a, host C is compiled with
@@ -26,6 +28,9 @@ GPU_OBJ   := $(GPU_SRC:%.cu=$(BUILD)/%.o)
 GPU_FLAGS := -std=c++17 -O3 -Isrc -Isrc/gpu
 ifeq ($(STRATA_PORTABLE_INTRINSICS),1)
 GPU_FLAGS += -DSTRATA_PORTABLE_INTRINSICS
+endif
+ifeq ($(STRATA_SPIRV_DOT4),1)
+GPU_FLAGS += -DSTRATA_SPIRV_DOT4
 endif
 
 ifeq ($(GPU),cuda)
