@@ -730,7 +730,7 @@ static void test_files_and_info(void) {
     int failed_before = test_checks_failed;
     static char out[16384], err[4096];
     char *a_ok[] = {"info", path}, *a_help[] = {"info", "--help"}, *a_none[] = {"info"};
-    char *a_flag[] = {"info", "--devices", path}, *a_two[] = {"info", path, path}, *a_bad[] = {"info", bad};
+    char *a_flag[] = {"info", "--bogus", path}, *a_two[] = {"info", path, path}, *a_bad[] = {"info", bad};
     int rc = run_info(2, a_ok, out, sizeof out, err, sizeof err);
     CHECK(rc == 0, "info rc %d: %s", rc, err);
     const char *want[] = {"version:     3", "tensors:     2", "kv pairs:    4", "alignment:   32",
@@ -744,7 +744,7 @@ static void test_files_and_info(void) {
     if (test_checks_failed > failed_before) printf("%s", out);
     CHECK(run_info(2, a_help, out, sizeof out, err, sizeof err) == 0 && strstr(out, "usage: strata info"), "--help");
     CHECK(run_info(1, a_none, out, sizeof out, err, sizeof err) == 2 && strstr(err, "no model"), "no args");
-    CHECK(run_info(3, a_flag, out, sizeof out, err, sizeof err) == 2 && strstr(err, "unknown option '--devices'"),
+    CHECK(run_info(3, a_flag, out, sizeof out, err, sizeof err) == 2 && strstr(err, "unknown option '--bogus'"),
           "unknown flag: %s", err);
     CHECK(run_info(3, a_two, out, sizeof out, err, sizeof err) == 2, "two models");
     CHECK(run_info(2, a_bad, out, sizeof out, err, sizeof err) == 1 && strstr(err, "n_tensors") && strstr(err, bad),
