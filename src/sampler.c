@@ -56,13 +56,6 @@ struct sampler {
 
 // --- random numbers ----------------------------------------------------------
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t xoshiro_next(uint64_t s[4]) {
@@ -93,7 +86,7 @@ struct sampler_params sampler_default_params(void) {
         .min_p = 0.05f,
         .repeat_penalty = 1.0f,
         .repeat_last_n = 64,
-        .seed = splitmix64(&x),
+        .seed = st_splitmix64(&x),
     };
 }
 
@@ -131,7 +124,7 @@ struct sampler *sampler_init(const struct sampler_params *p, int n_vocab) {
     s->p = *p;
     s->n_vocab = n_vocab;
     uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = st_splitmix64(&x);
     size_t n = (size_t)n_vocab;
     s->recent = malloc((p->repeat_last_n > 0 ? (size_t)p->repeat_last_n : 1) * sizeof(int32_t));
     s->penalised = calloc(n, sizeof(uint32_t));

@@ -25,16 +25,8 @@ struct synth_params synth_default_params(void) {
     };
 }
 
-static uint64_t rng_next(uint64_t *s) {
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 // Uniform in [-1, 1).
-static float rng_float(uint64_t *s) { return (float)((rng_next(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
+static float rng_float(uint64_t *s) { return (float)((st_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
 
 // The GPT-2 byte-to-character map: printable bytes stand for themselves, the
 // rest move to U+0100 and up. Writes the UTF-8 of byte b's character to out.

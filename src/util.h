@@ -39,6 +39,11 @@ uint16_t st_f32_to_fp16(float f);
 float st_bf16_to_f32(uint16_t h);
 uint16_t st_f32_to_bf16(float f);
 
+// --- random numbers ----------------------------------------------------------------
+// splitmix64: advances *state and returns the next 64 random bits. Small and
+// fast; for seeding, synthetic data and test inputs, not for cryptography.
+uint64_t st_splitmix64(uint64_t *state);
+
 // --- time -----------------------------------------------------------------------
 // Monotonic seconds.
 double st_time_s(void);

@@ -17,17 +17,12 @@
 #include <time.h>
 
 #include "gpu/compat/portable.h"
+#include "util.h"
 
 // --- random numbers -------------------------------------------------------------------
 static uint64_t rng_state;
 
-static uint32_t rng_u32(void) {
-    // splitmix64
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
+static uint32_t rng_u32(void) { return (uint32_t)(st_splitmix64(&rng_state) >> 32); }
 
 // --- models -------------------------------------------------------------------------------
 // The bytes of w, least significant first.

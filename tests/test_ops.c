@@ -43,12 +43,7 @@
 
 static uint64_t rng_state;
 
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); // splitmix64
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_u64(void) { return st_splitmix64(&rng_state); }
 
 static double rng_unit(void) { return (double)(rng_u64() >> 11) * 0x1p-53; } // [0, 1)
 

@@ -221,9 +221,7 @@ static void rope_table(struct cpu *c, int pos0, int n, const struct rope_params 
     }
     for (int t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
-            double theta = (double)(pos0 + t) * rp->freq_scale *
-                           pow((double)rp->base, -2.0 * i / rp->n_dims);
-            if (rp->freq_factors) theta /= rp->freq_factors[i];
+            const double theta = cpu_rope_theta(pos0 + t, i, rp);
             c->rope_cos[t * half + i] = (float)cos(theta);
             c->rope_sin[t * half + i] = (float)sin(theta);
         }
@@ -242,8 +240,8 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
         for (int h = 0; h < n_head; h++) {
             float *xh = x + ((size_t)t * n_head + h) * head_dim;
             for (int i = 0; i < half; i++) {
-                const int a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
-                const int b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + half;
+                int a, b;
+                cpu_rope_pair(rp, i, &a, &b);
                 const float x0 = xh[a], x1 = xh[b];
                 xh[a] = x0 * cs[i] - x1 * sn[i];
                 xh[b] = x0 * sn[i] + x1 * cs[i];

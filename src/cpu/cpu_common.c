@@ -1,20 +1,21 @@
 // cpu_common.c: ops the reference and the fast CPU backend share.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_ops.h"
 
-#include <stdlib.h>
-
+double cpu_rope_theta(int pos, int i, const struct rope_params *rp) {
+    double theta = (double)pos * rp->freq_scale * pow((double)rp->base, -2.0 * i / rp->n_dims);
+    return rp->freq_factors ? theta / rp->freq_factors[i] : theta;
+}
 
 void cpu_rope_head(float *x, int pos, const struct rope_params *rp) {
-    const int half = rp->n_dims / 2;
-    for (int i = 0; i < half; i++) {
-        double theta = (double)pos * rp->freq_scale * pow((double)rp->base, -2.0 * i / rp->n_dims);
-        if (rp->freq_factors) theta /= rp->freq_factors[i];
+    for (int i = 0; i < rp->n_dims / 2; i++) {
+        const double theta = cpu_rope_theta(pos, i, rp);
         const double c = cos(theta), s = sin(theta);
-        const int a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
-        const int b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + half;
+        int a, b;
+        cpu_rope_pair(rp, i, &a, &b);
         const double x0 = x[a], x1 = x[b];
         x[a] = (float)(x0 * c - x1 * s);
         x[b] = (float)(x0 * s + x1 * c);

@@ -5,10 +5,18 @@
 #include "backend.h"
 #include "model.h"
 
-// Rotates one head x (head_dim) in place for position pos. Angles are computed
-// in double: theta_i = pos · freq_scale · base^(-2i/n_dims) / freq_factors[i].
-// NORM rotates (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_dims/2]); dimensions
-// past n_dims are left as they are.
+// Angle of rotary pair i at position pos, in double:
+// pos · freq_scale · base^(-2i/n_dims) / freq_factors[i].
+double cpu_rope_theta(int pos, int i, const struct rope_params *rp);
+
+// The elements rotary pair i turns: NORM (2i, 2i+1), NEOX (i, i + n_dims/2).
+static inline void cpu_rope_pair(const struct rope_params *rp, int i, int *a, int *b) {
+    *a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
+    *b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + rp->n_dims / 2;
+}
+
+// Rotates one head x (head_dim) in place for position pos, angles in double;
+// dimensions past n_dims are left as they are.
 void cpu_rope_head(float *x, int pos, const struct rope_params *rp);
 
 // Ops identical in both CPU backends (see backend.h for their contracts).
