@@ -74,4 +74,42 @@ static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
     return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
 }
 
+// --- row reductions -----------------------------------------------------------------
+
+// The end of a matrix × vector kernel in which TPR consecutive threads share a
+// row (GPU_BLOCK threads a block): sums each thread's partial acc[t] over the
+// row's threads and has the row's first lane (lane 0) write y[t·rows + row]
+// for t < n, when the row is live. Every thread of the block must call it
+// (it may synchronise the block).
+template <int TPR, int NT>
+static __device__ __forceinline__ void gpu_rows_sum_store(float (&acc)[NT], int lane, bool live,
+                                                          int n, int64_t row, int64_t rows,
+                                                          float *y) {
+    constexpr int WIDTH = TPR < ST_WARP_SIZE ? TPR : ST_WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = st_warp_sum_f32(acc[t], WIDTH);
+    if constexpr (TPR > ST_WARP_SIZE) {
+        // the warps of a row are consecutive: the row's first lane sums their parts
+        constexpr int W = TPR / ST_WARP_SIZE;
+        __shared__ float part[NT][GPU_BLOCK / ST_WARP_SIZE];
+        const int warp = threadIdx.x / ST_WARP_SIZE;
+        if (threadIdx.x % ST_WARP_SIZE == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) part[t][warp] = acc[t];
+        __syncthreads();
+        if (lane == 0 && live)
+            for (int t = 0; t < NT && t < n; t++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < W; k++) s += part[t][warp + k];
+                y[t * rows + row] = s;
+            }
+    } else {
+        if (lane == 0 && live)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (NT == 1 || t < n) y[t * rows + row] = acc[t];
+    }
+}
+
 #endif

@@ -85,30 +85,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemv_kernel(gpu_mat w, const float 
             }
         }
     }
-    constexpr int WIDTH = TPR < ST_WARP_SIZE ? TPR : ST_WARP_SIZE;
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = st_warp_sum_f32(acc[t], WIDTH);
-    if constexpr (TPR > ST_WARP_SIZE) {
-        constexpr int W = TPR / ST_WARP_SIZE;
-        __shared__ float part[NT][GPU_BLOCK / ST_WARP_SIZE];
-        const int warp = threadIdx.x / ST_WARP_SIZE;
-        if (threadIdx.x % ST_WARP_SIZE == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++) part[t][warp] = acc[t];
-        __syncthreads();
-        if (lane == 0 && live)
-            for (int t = 0; t < NT && t < n; t++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < W; k++) s += part[t][warp + k];
-                y[t * w.rows + row] = s;
-            }
-    } else {
-        if (lane == 0 && live)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (NT == 1 || t < n) y[t * w.rows + row] = acc[t];
-    }
+    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y);
 }
 
 #define GEMM_BM 64
