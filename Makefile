@@ -11,8 +11,9 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -march=$(ARCH) -D_GNU_SOURCE -MMD -MP 
 LDLIBS  += -lm -lpthread -lpcre2-8 -lutf8proc -lmicrohttpd -lcjson
 
 BUILD   := build
-LIB_SRC := $(wildcard src/*.c src/cpu/*.c)
-LIB_SRC := $(filter-out src/main.c,$(LIB_SRC))
+SRC_DIRS := src src/format src/text src/model src/cpu src/server src/cli
+LIB_SRC := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
+LIB_SRC := $(filter-out src/cli/main.c,$(LIB_SRC))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 include mk/gpu.mk
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
@@ -29,7 +30,7 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/strata: $(BUILD)/src/main.o $(BUILD)/libstrata.a
+$(BUILD)/strata: $(BUILD)/src/cli/main.o $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libstrata.a
@@ -61,7 +62,7 @@ check-portability:
 	scripts/check-portability.sh
 
 format:
-	clang-format -i src/*.c src/*.h src/cpu/*.c src/cpu/*.h tests/*.c tests/*.h
+	clang-format -i $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c $(d)/*.h)) tests/*.c tests/*.h
 
 clean:
 	rm -rf $(BUILD)

@@ -125,7 +125,7 @@ parity() { # name, model, tokens, tool_parity options
 if [ -s "$MODEL" ]; then
     # the GPU held to the fast CPU path: greedy tokens against it, logits no
     # further from the float reference than its own
-    parity model "$MODEL" 64 -a cpu -b gpu -r cpu-ref
+    parity model "$MODEL" 64 -a cpu -b cuda -r cpu-ref
     row "speed model" info "$(grep -h 'tok/s' "$LOG/parity-model.log" | cut -d: -f1-2 | cut -c1-40 | tr '\n' ' ')"
 else
     row "parity model" skip "no $MODEL"
@@ -133,7 +133,7 @@ fi
 SYNTH="$LOG/synth.gguf"
 if "$NATIVE/strata" synth -o "$SYNTH" --shape smollm2-135m --type Q4_0 --embd-type Q8_0 \
     >"$LOG/synth.log" 2>&1; then
-    parity synth-q4_0 "$SYNTH" 32 -a cpu -b gpu
+    parity synth-q4_0 "$SYNTH" 32 -a cpu -b cuda
     rm -f "$SYNTH"
 else
     row "parity synth" FAIL "strata synth failed, see synth.log"

@@ -13,26 +13,46 @@
 #ifndef STRATA_BACKEND_H
 #define STRATA_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "model/model.h"
+
+// What a backend is, for the code that chooses and plans for it (never its name).
+enum backend_cap {
+    BACKEND_CAP_HOST = 1u << 0,      // buffers are host memory
+    BACKEND_CAP_REFERENCE = 1u << 1, // the scalar oracle every other backend is checked against
+    BACKEND_CAP_GPU = 1u << 2,       // runs on a GPU device
+};
 
 struct backend {
-    const char *name; // "cpu", "cpu-ref", "cuda", "hip", "spirv"
+    const char *name; // the registry name: "cpu", "cpu-ref", "cuda", "hip", "spirv"
+    unsigned caps;    // enum backend_cap bits
     void *impl;
 
     // Frees everything the backend allocated, then the backend itself.
     void (*free)(struct backend *be);
+
+    // Checks, before anything is allocated, that weights (weight_bytes as stored),
+    // a KV cache of n_ctx positions (kv_bytes) and scratch fit in the memory this
+    // backend computes from. Returns 0, or -1 with a message naming what is
+    // needed, what is free, and the largest context that would fit.
+    int (*check_memory)(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                        uint64_t scratch_bytes, int n_ctx);
 
     // Memory. alloc returns NULL with a message when the bytes are not there.
     void *(*alloc)(struct backend *be, size_t bytes);
     void (*release)(struct backend *be, void *buf);
     void (*upload)(struct backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes);
-    // Makes w usable by this backend's ops (a GPU copies it and sets w->dev).
-    // Returns 0 or -1 with a message.
-    int (*prepare_weight)(struct backend *be, struct weight *w);
+    // Makes w usable by this backend's ops: a GPU copies it into its own table,
+    // keyed by w->data, so the model stays untouched and may serve several
+    // backends at once. Preparing the same data twice is a no-op. Returns 0 or
+    // -1 with a message.
+    int (*prepare_weight)(struct backend *be, const struct weight *w);
+    // Frees the backend's copy of w, if any (free() frees every copy anyway).
+    void (*release_weight)(struct backend *be, const struct weight *w);
 
     // out (n, emb.cols) = rows tokens[i] of emb, dequantized. tokens is a
     // backend buffer of n int32 ids, each < emb.rows (checked by the caller).
@@ -67,5 +87,28 @@ struct backend *backend_cpu_ref_init(void);
 // The fast CPU backend: activations quantized to 8-bit blocks for integer dot
 // products, rows split across n_threads (≤ 0: every core).
 struct backend *backend_cpu_init(int n_threads);
+
+// --- the registry (backend.c) -----------------------------------------------------
+
+struct backend_opts {
+    int n_threads; // CPU threads, ≤ 0: every core
+    int device;    // GPU device index
+};
+
+struct backend_desc {
+    const char *name;
+    unsigned caps;       // enum backend_cap bits
+    const char *summary; // one line for --help and error messages
+};
+
+// Every backend this project knows, built into this binary or not: *n entries.
+const struct backend_desc *backend_registry(int *n);
+// Whether this build holds backend d (a GPU backend needs `make GPU=...`).
+bool backend_built(const struct backend_desc *d);
+// Opens the backend called name, or with "auto" the first built GPU backend
+// that finds a usable device, else "cpu" (saying why on stderr). A warning
+// about the device (an unvalidated GPU) goes to stderr. Returns NULL with a
+// message naming the known backends, or what to rebuild with, on failure.
+struct backend *backend_open(const char *name, const struct backend_opts *o);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "util.h"
 
 static volatile uint64_t sink; // keeps the reads from being optimised away

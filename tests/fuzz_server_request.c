@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "server.h"
+#include "model/model.h"
+#include "server/server.h"
 #include "util.h"
 
 static struct server srv;

@@ -8,9 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "gguf.h"
-#include "gguf_write.h"
+#include "cli/commands.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "test.h"
 #include "util.h"
 

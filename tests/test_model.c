@@ -17,11 +17,11 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "forward.h"
-#include "model.h"
-#include "sampler.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "text/sampler.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 #define REF_TOL 1e-3

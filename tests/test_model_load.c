@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "forward.h"
-#include "model.h"
-#include "synth.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/synth.h"
 #include "test.h"
 #include "util.h"
 

@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "quant.h"
-#include "sampler.h"
+#include "format/quant.h"
+#include "text/sampler.h"
 #include "util.h"
 #ifdef STRATA_GPU
 #include "gpu/gpu.h"
@@ -289,7 +289,7 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
 #endif
         e->be->release(e->be, bx);
         e->be->release(e->be, by);
-        if (wb.dev) e->be->release(e->be, wb.dev);
+        e->be->release_weight(e->be, &wb);
     }
     free(bound);
     free(x);
@@ -353,7 +353,7 @@ static void test_get_rows(const struct be_entry *e) {
                 test_n_fail++;
             e->be->release(e->be, bt);
             e->be->release(e->be, bo);
-            e->be->release(e->be, wb.dev);
+            e->be->release_weight(e->be, &wb);
         }
         free(want);
         free(got);
@@ -390,7 +390,7 @@ static void test_rms_norm(const struct be_entry *e) {
                     test_n_fail++;
                 e->be->release(e->be, bx);
                 e->be->release(e->be, bo);
-                if (wb.dev) e->be->release(e->be, wb.dev);
+                e->be->release_weight(e->be, &wb);
             }
             free(x);
             free(want);
@@ -615,7 +615,7 @@ static void perf(struct backend *be, const char *only) {
             }
             gpu_backend_set_matvec_split(be, 0);
             be->release(be, bx);
-            for (int c = 0; c < copies; c++) be->release(be, ws[c].dev);
+            for (int c = 0; c < copies; c++) be->release_weight(be, &ws[c]);
             free((void *)w.data);
         }
 }

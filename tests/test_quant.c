@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "quant.h"
-#include "quant_impl.h"
+#include "format/quant.h"
+#include "format/quant_impl.h"
 #include "test.h"
 #include "util.h"
 #include "cpu/vec_dot_simd.h"

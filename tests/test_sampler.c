@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sampler.h"
+#include "text/sampler.h"
 #include "test.h"
 #include "util.h"
 

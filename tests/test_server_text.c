@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server_text.h"
+#include "server/server_text.h"
 #include "test.h"
 
 static uint64_t rng_state;

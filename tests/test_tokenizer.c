@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "test.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "util.h"
 
 // --- fixtures -------------------------------------------------------------------------

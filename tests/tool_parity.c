@@ -3,9 +3,9 @@
 //
 //   tool_parity MODEL [-a BACKEND] [-b BACKEND] [-r BACKEND] [-n N] [-p TEXT] [--max-nmse X]
 //
-// BACKEND: cpu, cpu-ref, or gpu (builds with a GPU backend, where it is the
-// default for -b; otherwise -b defaults to cpu-ref). A is the side B is held
-// to. It prints the logits' NMSE (Σ(b-a)²/Σa² per position; the worst
+// BACKEND: a registry name (cpu, cpu-ref, cuda, hip, spirv) or auto (the GPU
+// of a GPU build, the default for -b there; otherwise -b defaults to
+// cpu-ref). A is the side B is held to. It prints the logits' NMSE (Σ(b-a)²/Σa² per position; the worst
 // position) and largest difference, whether the top tokens agree, both greedy
 // continuations, the first divergence with A's margin between its two best
 // logits there, and each side's generation speed.
@@ -23,35 +23,11 @@
 #include <string.h>
 
 #include "backend.h"
-#include "forward.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
 #include "util.h"
-#ifdef STRATA_GPU
-#include "gpu/gpu.h"
-#endif
-
-static struct backend *open_named(const char *name) {
-    if (!strcmp(name, "cpu")) return backend_cpu_init(0);
-    if (!strcmp(name, "cpu-ref")) return backend_cpu_ref_init();
-#ifdef STRATA_GPU
-    if (!strcmp(name, "gpu")) {
-        char warn[512];
-        struct backend *be = backend_gpu_init(0, warn, sizeof warn);
-        if (be && warn[0]) printf("warning: %s\n", warn);
-        return be;
-    }
-#endif
-    st_fail("unknown backend '%s' (cpu, cpu-ref%s)", name,
-#ifdef STRATA_GPU
-            ", gpu"
-#else
-            ""
-#endif
-    );
-    return NULL;
-}
 
 // Greedy continuation of n tokens after the prompt already in c (last logits
 // in logits); returns seconds spent, or -1.
@@ -100,7 +76,7 @@ int main(int argc, char **argv) {
                    "The capital of France is Paris. The capital of Germany is Berlin. The capital "
                    "of Italy is Rome. The capital of Spain is";
 #ifdef STRATA_GPU
-    const char *name_b = "gpu";
+    const char *name_b = "auto";
 #else
     const char *name_b = "cpu-ref";
 #endif
@@ -144,18 +120,16 @@ int main(int argc, char **argv) {
     struct context *ctx[3] = {NULL, NULL, NULL};
     float *lg[3] = {NULL, NULL, NULL};
     for (int s = 0; s < n_sides; s++) {
-        if (!(be[s] = open_named(names[s]))) {
+        const struct backend_opts bo = {0};
+        if (!(be[s] = backend_open(names[s], &bo))) {
             fprintf(stderr, "tool_parity: backend %s: %s\n", names[s], st_last_error());
             return 1;
         }
-#ifdef STRATA_GPU
-        if (!strcmp(names[s], "gpu") &&
-            gpu_memory_plan(0, m->weight_bytes, model_kv_bytes(m, n_ctx), n_ctx,
-                            (uint64_t)n_prompt * (4 * m->hp.n_embd + 2 * m->hp.n_ff + nv) * 4)) {
+        if (be[s]->check_memory(be[s], m->weight_bytes, model_kv_bytes(m, n_ctx),
+                                context_scratch_bytes(m, n_prompt), n_ctx)) {
             fprintf(stderr, "tool_parity: %s\n", st_last_error());
             return 1;
         }
-#endif
         if (context_init(m, be[s], n_ctx, n_prompt, &ctx[s])) {
             fprintf(stderr, "tool_parity: %s: %s\n", names[s], st_last_error());
             return 1;

@@ -281,6 +281,8 @@ struct backend *backend_cpu_init(int n_threads) {
     c->rope_pos0 = -1;
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
+    be->caps = BACKEND_CAP_HOST;
+    be->check_memory = cpu_check_memory;
     be->impl = c;
     be->free = cpu_free;
     be->alloc = cpu_alloc;
@@ -288,6 +290,7 @@ struct backend *backend_cpu_init(int n_threads) {
     be->upload = cpu_copy;
     be->download = cpu_copy;
     be->prepare_weight = cpu_prepare_weight;
+    be->release_weight = cpu_release_weight;
     be->get_rows = cpu_get_rows;
     be->rms_norm = cpu_rms_norm;
     be->matmul = cpu_matmul;

@@ -109,12 +109,15 @@ static void ref_free(struct backend *be) { free(be); }
 struct backend *backend_cpu_ref_init(void) {
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu-ref";
+    be->caps = BACKEND_CAP_HOST | BACKEND_CAP_REFERENCE;
+    be->check_memory = cpu_check_memory;
     be->free = ref_free;
     be->alloc = ref_alloc;
     be->release = cpu_release;
     be->upload = cpu_copy;
     be->download = cpu_copy;
     be->prepare_weight = cpu_prepare_weight;
+    be->release_weight = cpu_release_weight;
     be->get_rows = cpu_get_rows;
     be->rms_norm = ref_rms_norm;
     be->matmul = ref_matmul;

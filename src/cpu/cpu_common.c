@@ -1,9 +1,12 @@
 // cpu_common.c: ops the reference and the fast CPU backend share.
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_ops.h"
+#include "util.h"
 
 double cpu_rope_theta(int pos, int i, const struct rope_params *rp) {
     double theta = (double)pos * rp->freq_scale * pow((double)rp->base, -2.0 * i / rp->n_dims);
@@ -48,10 +51,15 @@ void cpu_release(struct backend *be, void *buf) {
     free(buf);
 }
 
-int cpu_prepare_weight(struct backend *be, struct weight *w) {
+int cpu_prepare_weight(struct backend *be, const struct weight *w) {
     (void)be;
     (void)w;
     return 0;
+}
+
+void cpu_release_weight(struct backend *be, const struct weight *w) {
+    (void)be;
+    (void)w;
 }
 
 int cpu_sync(struct backend *be) {
@@ -62,4 +70,31 @@ int cpu_sync(struct backend *be) {
 void cpu_add(struct backend *be, float *x, const float *y, int64_t n) {
     (void)be;
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+// Bytes of memory available to this process (MemAvailable), or 0 if unknown.
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                     uint64_t scratch_bytes, int n_ctx) {
+    (void)be;
+    (void)weight_bytes; // the weights stay in the file's mapping, shared with the page cache
+    const uint64_t avail = mem_available();
+    if (!avail || kv_bytes + scratch_bytes <= avail) return 0;
+    const uint64_t per_pos = n_ctx > 0 ? kv_bytes / (uint64_t)n_ctx : 0;
+    const uint64_t fit =
+        per_pos && avail > scratch_bytes ? (avail - scratch_bytes) / 2 / per_pos : 0;
+    return st_fail("-c %d needs %.2f GiB of KV cache and %.2f GiB of scratch but only %.2f GiB of "
+                   "memory is available; use -c %" PRIu64 " or less",
+                   n_ctx, kv_bytes / 1073741824.0, scratch_bytes / 1073741824.0,
+                   avail / 1073741824.0, fit);
 }

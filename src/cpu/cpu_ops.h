@@ -3,7 +3,7 @@
 #define STRATA_CPU_OPS_H
 
 #include "backend.h"
-#include "model.h"
+#include "model/model.h"
 
 // Angle of rotary pair i at position pos, in double:
 // pos · freq_scale · base^(-2i/n_dims) / freq_factors[i].
@@ -26,8 +26,12 @@ void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const floa
                   const float *v, int n, int pos0, int kv_dim);
 void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes);
 void cpu_release(struct backend *be, void *buf);
-int cpu_prepare_weight(struct backend *be, struct weight *w);
+int cpu_prepare_weight(struct backend *be, const struct weight *w);
+void cpu_release_weight(struct backend *be, const struct weight *w);
 int cpu_sync(struct backend *be);
+// Host memory for the KV cache and scratch (backend.h's check_memory).
+int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                     uint64_t scratch_bytes, int n_ctx);
 void cpu_add(struct backend *be, float *x, const float *y, int64_t n);
 
 #endif

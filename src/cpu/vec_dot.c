@@ -5,7 +5,7 @@
 // its scalar twin from vec_dot_scalar.c. The integer sums equal the twin's; only
 // the float accumulation order differs. tests/test_quant.c checks both against a
 // double-precision reference.
-#include "quant_impl.h"
+#include "format/quant_impl.h"
 #include "vec_dot_simd.h"
 
 #ifdef VEC_DOT_AVX2

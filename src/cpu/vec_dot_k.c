@@ -5,7 +5,7 @@
 // min terms come from the activation's bsums. Ranges keep every int16 pair exact
 // for activations in [-127, 127] (largest: Q6_K, 2 * 63 * 127). Without AVX2 each
 // function is its scalar twin (vec_dot_scalar.c).
-#include "quant_impl.h"
+#include "format/quant_impl.h"
 #include "vec_dot_simd.h"
 
 #ifdef VEC_DOT_AVX2

@@ -11,7 +11,7 @@
 // miscompilation: with AVX-512 VNNI it turns sum += (unsigned-byte expression - k)
 // * int8 into vpdpbusd, reading negative values as unsigned (test_quant caught
 // it on Q3_K); int8 operands on both sides are compiled correctly.
-#include "quant_impl.h"
+#include "format/quant_impl.h"
 #include "util.h"
 
 // Sum of a[i] * b[i] over n signed bytes.

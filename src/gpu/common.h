@@ -10,7 +10,7 @@
 #include "compat/compat.h"
 
 extern "C" {
-#include "quant.h"
+#include "format/quant.h"
 }
 
 // Threads per block of most kernels: a multiple of every warp size (32, 64).

@@ -27,25 +27,19 @@
 #include "repack.h"
 #include "rope.h"
 
-// --- the sticky error ----------------------------------------------------------------
+// --- errors ---------------------------------------------------------------------------
+// A failure seen by GPU_CHECK (a runtime call, a launch) lands in this thread's
+// pending slot (gpu_record_error); every backend entry point then moves it into
+// its own sticky error (take_error), so each backend reports its own failures.
 
-static char g_error[1024];
-static int g_error_set;
+static thread_local char tl_error[1024];
+static thread_local int tl_error_set;
 
 extern "C" void gpu_record_error(const char *msg) {
-    if (g_error_set) return; // the first failure explains the rest
-    snprintf(g_error, sizeof g_error, "%s", msg);
-    g_error_set = 1;
-}
-
-static void op_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void op_fail(const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    gpu_record_error(msg);
+    st_fail("%s", msg); // also this thread's last error, for callers outside a backend
+    if (tl_error_set) return; // the first failure explains the rest
+    snprintf(tl_error, sizeof tl_error, "%s", msg);
+    tl_error_set = 1;
 }
 
 // --- state -----------------------------------------------------------------------------
@@ -75,9 +69,100 @@ struct gpu_be {
     int rope_cap, rope_dims;
     float rope_base, rope_scale;
     float *rope_ff;      // host copy of freq_factors, or NULL
+    // device copies of prepared weights, keyed by their host data (open addressing)
+    const void **wkey;
+    void **wval;
+    int w_cap, w_n;
+    // the sticky error: the first failure, reported by sync()
+    char error[1024];
+    int error_set;
 };
 
 static struct gpu_be *gb(struct backend *be) { return (struct gpu_be *)be->impl; }
+
+// Moves this thread's pending failure into g's sticky error. Returns whether g has failed.
+static bool take_error(struct gpu_be *g) {
+    if (tl_error_set) {
+        if (!g->error_set) {
+            snprintf(g->error, sizeof g->error, "%s", tl_error);
+            g->error_set = 1;
+        }
+        tl_error_set = 0;
+    }
+    return g->error_set;
+}
+
+static void op_fail(struct gpu_be *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void op_fail(struct gpu_be *g, const char *fmt, ...) {
+    take_error(g);
+    if (g->error_set) return; // the first failure explains the rest
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    g->error_set = 1;
+}
+
+// --- the weight table ------------------------------------------------------------------
+
+static size_t wslot(const struct gpu_be *g, const void *key) {
+    uint64_t h = (uint64_t)(uintptr_t)key * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (size_t)(g->w_cap - 1);
+}
+
+// The device copy of w, or NULL when w was not prepared on this backend.
+static void *wdev(const struct gpu_be *g, const struct weight *w) {
+    if (!g->w_cap || !w->data) return NULL;
+    for (size_t i = wslot(g, w->data);; i = (i + 1) & (size_t)(g->w_cap - 1)) {
+        if (g->wkey[i] == w->data) return g->wval[i];
+        if (!g->wkey[i]) return NULL;
+    }
+}
+
+static void wput(struct gpu_be *g, const void *key, void *val) {
+    if (2 * (g->w_n + 1) > g->w_cap) {
+        const int old_cap = g->w_cap;
+        const void **ok = g->wkey;
+        void **ov = g->wval;
+        g->w_cap = old_cap ? 2 * old_cap : 256;
+        g->wkey = (const void **)calloc((size_t)g->w_cap, sizeof *g->wkey);
+        g->wval = (void **)calloc((size_t)g->w_cap, sizeof *g->wval);
+        if (!g->wkey || !g->wval) abort(); // bookkeeping of a few pointers: as st_xmalloc does
+        g->w_n = 0;
+        for (int i = 0; i < old_cap; i++)
+            if (ok[i]) wput(g, ok[i], ov[i]);
+        free(ok);
+        free(ov);
+    }
+    size_t i = wslot(g, key);
+    while (g->wkey[i] && g->wkey[i] != key) i = (i + 1) & (size_t)(g->w_cap - 1);
+    if (!g->wkey[i]) g->w_n++;
+    g->wkey[i] = key;
+    g->wval[i] = val;
+}
+
+// Removes key (backward-shift deletion keeps every probe chain whole).
+static void wdel(struct gpu_be *g, const void *key) {
+    if (!g->w_cap) return;
+    const size_t mask = (size_t)(g->w_cap - 1);
+    size_t i = wslot(g, key);
+    while (g->wkey[i] != key) {
+        if (!g->wkey[i]) return;
+        i = (i + 1) & mask;
+    }
+    for (size_t j = (i + 1) & mask; g->wkey[j]; j = (j + 1) & mask) {
+        const size_t home = wslot(g, g->wkey[j]);
+        // move j back to i when i lies on j's probe path (home .. j, cyclically)
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            g->wkey[i] = g->wkey[j];
+            g->wval[i] = g->wval[j];
+            i = j;
+        }
+    }
+    g->wkey[i] = NULL;
+    g->wval[i] = NULL;
+    g->w_n--;
+}
 
 static const char *wname(const struct weight *w) { return w->name ? w->name : ""; }
 
@@ -135,7 +220,7 @@ static void gb_release(struct backend *be, void *buf) {
             g->q8_valid = false;
             return;
         }
-    op_fail("release: %p is not a buffer of this GPU backend", buf);
+    op_fail(g, "release: %p is not a buffer of this GPU backend", buf);
 }
 
 static void gb_upload(struct backend *be, void *dst, const void *src, size_t bytes) {
@@ -148,9 +233,10 @@ static void gb_download(struct backend *be, void *dst, const void *src, size_t b
     GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, gb(be)->stream));
 }
 
-static int gb_prepare_weight(struct backend *be, struct weight *w) {
+static int gb_prepare_weight(struct backend *be, const struct weight *w) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
+    if (wdev(g, w)) return 0; // already here (a tied output shares the embedding's data)
     if (!gpu_type_supported(w->type))
         return st_fail("weight %.*s has type %s, which the GPU backend does not compute with; "
                        "run this model on the CPU (--backend cpu)",
@@ -174,8 +260,9 @@ static int gb_prepare_weight(struct backend *be, struct weight *w) {
         void *stage = NULL;
         if (GPU_CHECK(gpuMalloc(&stage, (size_t)chunk * l.bytes))) {
             gb_release(be, dev);
+            tl_error_set = 0;
             return st_fail("weight %.*s: cannot allocate its staging buffer: %s", w->name_len,
-                           wname(w), g_error);
+                           wname(w), tl_error);
         }
         for (int64_t b0 = 0; b0 < total; b0 += chunk) {
             const int64_t nb = total - b0 < chunk ? total - b0 : chunk;
@@ -186,44 +273,63 @@ static int gb_prepare_weight(struct backend *be, struct weight *w) {
         GPU_CHECK(gpuStreamSynchronize(g->stream));
         (void)gpuFree(stage);
     }
-    if (GPU_CHECK(gpuStreamSynchronize(g->stream)) || g_error_set) {
+    if (GPU_CHECK(gpuStreamSynchronize(g->stream)) || tl_error_set) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tl_error);
+        tl_error_set = 0;
         gb_release(be, dev);
         return st_fail("weight %.*s: copying it to the GPU failed: %s", w->name_len, wname(w),
-                       g_error);
+                       msg);
     }
-    w->dev = dev;
+    wput(g, w->data, dev);
     return 0;
+}
+
+static void gb_release_weight(struct backend *be, const struct weight *w) {
+    struct gpu_be *g = gb(be);
+    void *dev = wdev(g, w);
+    if (!dev) return;
+    wdel(g, w->data);
+    gb_release(be, dev);
+    take_error(g);
 }
 
 // --- ops -------------------------------------------------------------------------------
 
-static bool on_device(const struct weight *w, const char *op) {
-    if (w->dev) return true;
-    op_fail("%s: weight %.*s is not on the GPU (prepare_weight first)", op, w->name_len, wname(w));
-    return false;
+// The device copy of w, or NULL with the failure recorded.
+static void *on_device(struct gpu_be *g, const struct weight *w, const char *op) {
+    void *dev = wdev(g, w);
+    if (!dev)
+        op_fail(g, "%s: weight %.*s is not on the GPU (prepare_weight first)", op, w->name_len,
+                wname(w));
+    return dev;
 }
 
 static void gb_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
                         float *out) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    if (!on_device(emb, "get_rows")) return;
-    const gpu_mat m = gpu_mat_of(emb->type, emb->rows, emb->cols, emb->dev);
+    const void *dev = on_device(g, emb, "get_rows");
+    if (!dev) return;
+    const gpu_mat m = gpu_mat_of(emb->type, emb->rows, emb->cols, dev);
     if (gpu_get_rows(m, tokens, n, out, g->stream))
-        op_fail("get_rows: type %s is not supported", quant_name(emb->type));
+        op_fail(g, "get_rows: type %s is not supported", quant_name(emb->type));
+    take_error(g);
 }
 
 static void gb_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
                         int n, int dim, float eps) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    if (!on_device(w, "rms_norm")) return;
+    const void *dev = on_device(g, w, "rms_norm");
+    if (!dev) return;
     if (w->type != GGML_TYPE_F32 || w->cols * w->rows != dim) {
-        op_fail("rms_norm: weight %.*s is %s with %lld values, not F32 with %d", w->name_len,
+        op_fail(g, "rms_norm: weight %.*s is %s with %lld values, not F32 with %d", w->name_len,
                 wname(w), quant_name(w->type), (long long)(w->cols * w->rows), dim);
         return;
     }
-    gpu_rms_norm(x, (const float *)w->dev, out, n, dim, eps, g->stream);
+    gpu_rms_norm(x, (const float *)dev, out, n, dim, eps, g->stream);
+    take_error(g);
 }
 
 // The 8-bit form of x (n, cols), quantized now or kept from the last product.
@@ -254,7 +360,7 @@ static int matvec_tpr(struct gpu_be *g, const gpu_mat &m) {
 
 // y = x · wᵀ without touching the activation cache's validity.
 static int product(struct gpu_be *g, const struct weight *w, const float *x, float *y, int n) {
-    const gpu_mat m = gpu_mat_of(w->type, w->rows, w->cols, w->dev);
+    const gpu_mat m = gpu_mat_of(w->type, w->rows, w->cols, wdev(g, w));
     if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
     gpu_q8 q;
     if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
@@ -264,9 +370,9 @@ static int product(struct gpu_be *g, const struct weight *w, const float *x, flo
 
 static void gb_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
     struct gpu_be *g = gb(be);
-    if (!on_device(w, "matmul")) return;
+    if (!on_device(g, w, "matmul")) return;
     if (product(g, w, x, y, n))
-        op_fail("matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported",
+        op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported",
                 w->name_len, wname(w), quant_name(w->type), (long long)w->rows,
                 (long long)w->cols, n);
     // y may overwrite what the cached activations were made from
@@ -276,6 +382,7 @@ static void gb_matmul(struct backend *be, const struct weight *w, const float *x
                    *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
         if (ys < xe && xs < ye) g->q8_valid = false;
     }
+    take_error(g);
 }
 
 // The (cos, sin) table for rp covering positions 0 .. pos_end-1, built (on the
@@ -294,7 +401,7 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
     if (!host || (rp->freq_factors && !ff)) {
         free(host);
         free(ff);
-        op_fail("rope: cannot allocate a host table of %d positions", cap);
+        op_fail(g, "rope: cannot allocate a host table of %d positions", cap);
         return NULL;
     }
     gpu_rope_table(host, cap, rp->n_dims, rp->base, rp->freq_scale, rp->freq_factors);
@@ -322,7 +429,7 @@ static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_di
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim || pos0 < 0) {
-        op_fail("rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
+        op_fail(g, "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
                 "head_dim), or position %d is negative",
                 rp->n_dims, head_dim, pos0);
         return;
@@ -331,6 +438,7 @@ static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_di
     if (cs)
         gpu_rope(x, cs, n, n_head, head_dim, rp->n_dims, pos0, rp->kind == ROPE_KIND_NEOX,
                  g->stream);
+    take_error(g);
 }
 
 static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
@@ -340,6 +448,7 @@ static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, cons
     const size_t off = (size_t)pos0 * kv_dim, bytes = sizeof(float) * (size_t)n * kv_dim;
     GPU_CHECK(gpuMemcpyAsync(k_cache + off, k, bytes, gpuMemcpyDeviceToDevice, g->stream));
     GPU_CHECK(gpuMemcpyAsync(v_cache + off, v, bytes, gpuMemcpyDeviceToDevice, g->stream));
+    take_error(g);
 }
 
 static void gb_attention(struct backend *be, const float *q, const float *k_cache,
@@ -352,27 +461,36 @@ static void gb_attention(struct backend *be, const float *q, const float *k_cach
     if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
     if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim,
                       splits, g->stream))
-        op_fail("attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
+        op_fail(g, "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
                 head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
+    take_error(g);
 }
 
 static void gb_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     gpu_swiglu(gate, up, n, g->stream);
+    take_error(g);
 }
 
 static void gb_add(struct backend *be, float *x, const float *y, int64_t n) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     gpu_add(x, y, n, g->stream);
+    take_error(g);
 }
 
 static int gb_sync(struct backend *be) {
-    GPU_CHECK(gpuStreamSynchronize(gb(be)->stream));
-    if (g_error_set) return st_fail("%s: %s", be->name, g_error);
+    struct gpu_be *g = gb(be);
+    GPU_CHECK(gpuStreamSynchronize(g->stream));
+    if (take_error(g)) return st_fail("%s: %s", be->name, g->error);
     return 0;
+}
+
+static int gb_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                           uint64_t scratch_bytes, int n_ctx) {
+    return gpu_memory_plan(gb(be)->device, weight_bytes, kv_bytes, n_ctx, scratch_bytes);
 }
 
 static void gb_free(struct backend *be) {
@@ -385,6 +503,8 @@ static void gb_free(struct backend *be) {
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]) (void)gpuFree(scratch[i]);
     free(g->rope_ff);
+    free(g->wkey);
+    free(g->wval);
     (void)gpuStreamDestroy(g->stream);
     free(g);
 }
@@ -411,12 +531,16 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     if (GPU_CHECK(gpuSetDevice(device)) ||
         GPU_CHECK(gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking))) {
         free(g);
-        st_fail("GPU %d: cannot create a stream: %s", device, g_error);
+        tl_error_set = 0;
+        st_fail("GPU %d: cannot create a stream: %s", device, tl_error);
         return NULL;
     }
     struct backend *be = &g->be;
     be->name = gpu_platform_name();
+    be->caps = BACKEND_CAP_GPU;
     be->impl = g;
+    be->check_memory = gb_check_memory;
+    be->release_weight = gb_release_weight;
     be->free = gb_free;
     be->alloc = gb_alloc;
     be->release = gb_release;
@@ -447,12 +571,14 @@ void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out)
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     gpu_argmax(x, n, out, g->stream);
+    take_error(g);
 }
 
 int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps) {
     struct gpu_be *g = gb(be);
     if (gpu_read_bandwidth(bytes, reps, g->n_sm, g->stream, gbps))
-        return st_fail("read-bandwidth benchmark over %zu bytes failed: %s", bytes, g_error);
+        return take_error(g), st_fail("read-bandwidth benchmark over %zu bytes failed: %s", bytes,
+                                      g->error);
     return 0;
 }
 
@@ -462,12 +588,12 @@ int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, con
     if (n_ws < 1 || reps < 1 || n < 1) return st_fail("bench: nothing to time");
     int64_t rows = 0;
     for (int i = 0; i < n_ws; i++) {
-        if (!ws[i]->dev || ws[i]->cols != ws[0]->cols)
+        if (!wdev(g, ws[i]) || ws[i]->cols != ws[0]->cols)
             return st_fail("bench: weight %d is not prepared or its columns differ", i);
         if (ws[i]->rows > rows) rows = ws[i]->rows;
     }
     if (!grow(g, (void **)&g->bench_y, &g->bench_y_cap, sizeof(float) * (size_t)n * rows))
-        return st_fail("bench: %s", g_error);
+        return take_error(g), st_fail("bench: %s", g->error);
     int rc = 0;
     // warm-up: also quantizes x, which the timed passes then reuse
     for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
@@ -499,9 +625,9 @@ int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, con
     if (e1) (void)gpuEventDestroy(e1);
     if (ge) (void)gpuGraphExecDestroy(ge);
     if (gr) (void)gpuGraphDestroy(gr);
-    if (rc || g_error_set) {
+    if (rc || take_error(g)) {
         free(ms);
-        return st_fail("bench: %s", g_error_set ? g_error : "a product is not supported");
+        return st_fail("bench: %s", g->error_set ? g->error : "a product is not supported");
     }
     *seconds = gpu_median(ms, reps) * 1e-3 / n_ws;
     free(ms);

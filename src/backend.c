@@ -1,0 +1,76 @@
+// backend.c: the backend registry: every backend by name, what it is, and how
+// to open it. Choosing a backend goes through here, never through its name.
+#include "backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+#ifdef STRATA_GPU
+#include "gpu/gpu.h"
+#endif
+
+static const struct backend_desc registry[] = {
+    {"cpu", BACKEND_CAP_HOST, "fast CPU backend: 8-bit activations, SIMD, threads (default)"},
+    {"cpu-ref", BACKEND_CAP_HOST | BACKEND_CAP_REFERENCE,
+     "scalar reference in double precision, one thread (the oracle; slow)"},
+    {"cuda", BACKEND_CAP_GPU, "NVIDIA GPUs (make GPU=cuda)"},
+    {"hip", BACKEND_CAP_GPU, "AMD GPUs (make GPU=hip)"},
+    {"spirv", BACKEND_CAP_GPU, "SPIR-V devices through chipStar, e.g. Intel Arc (make GPU=spirv)"},
+};
+#define N_REGISTRY ((int)(sizeof registry / sizeof *registry))
+
+const struct backend_desc *backend_registry(int *n) {
+    *n = N_REGISTRY;
+    return registry;
+}
+
+bool backend_built(const struct backend_desc *d) {
+    if (!(d->caps & BACKEND_CAP_GPU)) return true;
+#ifdef STRATA_GPU
+    return !strcmp(d->name, gpu_platform_name());
+#else
+    return false;
+#endif
+}
+
+static struct backend *open_desc(const struct backend_desc *d, const struct backend_opts *o) {
+    if (!(d->caps & BACKEND_CAP_GPU))
+        return d->caps & BACKEND_CAP_REFERENCE ? backend_cpu_ref_init()
+                                               : backend_cpu_init(o->n_threads);
+#ifdef STRATA_GPU
+    char warn[512];
+    if (gpu_device_count() <= 0) return NULL; // the message says why
+    struct backend *be = backend_gpu_init(o->device, warn, sizeof warn);
+    if (be && warn[0]) fprintf(stderr, "strata: warning: %s\n", warn);
+    return be;
+#else
+    return NULL;
+#endif
+}
+
+struct backend *backend_open(const char *name, const struct backend_opts *o) {
+    if (!strcmp(name, "auto")) {
+        for (int i = 0; i < N_REGISTRY; i++) {
+            if (!(registry[i].caps & BACKEND_CAP_GPU) || !backend_built(&registry[i])) continue;
+            struct backend *be = open_desc(&registry[i], o);
+            if (be) return be;
+            fprintf(stderr, "strata: no usable GPU (%s); running on the CPU\n", st_last_error());
+        }
+        return backend_cpu_init(o->n_threads);
+    }
+    char known[128] = "auto";
+    for (int i = 0; i < N_REGISTRY; i++) {
+        const struct backend_desc *d = &registry[i];
+        snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", d->name);
+        if (strcmp(name, d->name)) continue;
+        if (!backend_built(d)) {
+            st_fail("backend %s is not in this build of strata; rebuild with `make GPU=%s`", name,
+                    name);
+            return NULL;
+        }
+        return open_desc(d, o);
+    }
+    st_fail("unknown backend '%s' (known: %s)", name, known);
+    return NULL;
+}

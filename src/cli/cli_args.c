@@ -1,0 +1,151 @@
+// cli_args.c: see cli_args.h.
+#include "cli/cli_args.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "text/chat.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "util.h"
+
+#define DEFAULT_CTX 4096
+#define DEFAULT_BATCH 512
+
+int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno)
+        return st_fail("%s: '%s' is not a whole number", flag, s);
+    if (v < lo || v > hi) return st_fail("%s: %lld is out of range [%lld, %lld]", flag, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v))
+        return st_fail("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi) return st_fail("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        st_fail("%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+void cli_model_opts_default(struct cli_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    session_opts_default(&o->s);
+    o->sp = sampler_default_params();
+}
+
+const char cli_model_opts_help[] =
+    "  -m, --model FILE       GGUF model to load (required)\n"
+    "  -c, --ctx-size N       context size in tokens (default: 4096, or the model's own if smaller)\n"
+    "  -t, --threads N        CPU threads (default: every core)\n"
+    "  -b, --batch-size N     prompt tokens per forward pass (default: 512)\n"
+    "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
+    "      --temp T           temperature; 0 picks the most likely token (default: 0.8)\n"
+    "      --top-k K          keep the K most likely tokens; 0 = off (default: 40)\n"
+    "      --top-p P          keep the smallest set with probability >= P; 1 = off (default: 0.95)\n"
+    "      --min-p P          drop tokens below P x the top probability; 0 = off (default: 0.05)\n"
+    "      --repeat-penalty F penalise recently seen tokens; 1 = off (default: 1.0)\n"
+    "      --repeat-last-n N  how many recent tokens the penalty sees (default: 64)\n"
+    "  -s, --seed N           random seed (default: from the clock)\n";
+
+static bool is_flag(const char *a, const char *name, const char *alias) {
+    return !strcmp(a, name) || (alias && !strcmp(a, alias));
+}
+
+int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v;
+    long long n;
+    double f;
+#define IS(s1, s2) is_flag(a, s1, s2)
+#define VALUE()                                                                                   \
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (IS("-m", "--model")) {
+        VALUE();
+        o->s.model = v;
+    } else if (IS("-c", "--ctx-size")) {
+        VALUE();
+        if (cli_parse_int(a, v, 1, 1 << 24, &n)) return -1;
+        o->s.n_ctx = (int)n;
+    } else if (IS("-t", "--threads")) {
+        VALUE();
+        if (cli_parse_int(a, v, 1, 1024, &n)) return -1;
+        o->s.n_threads = (int)n;
+    } else if (IS("-b", "--batch-size")) {
+        VALUE();
+        if (cli_parse_int(a, v, 1, 1 << 16, &n)) return -1;
+        o->s.n_batch = (int)n;
+    } else if (IS("--backend", NULL)) {
+        VALUE();
+        int n_reg;
+        const struct backend_desc *reg = backend_registry(&n_reg);
+        bool ok = !strcmp(v, "auto");
+        char known[128] = "auto";
+        for (int k = 0; k < n_reg; k++) {
+            ok |= !strcmp(v, reg[k].name);
+            snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", reg[k].name);
+        }
+        if (!ok) return st_fail("--backend: unknown backend '%s' (known: %s)", v, known);
+        o->s.backend = v;
+    } else if (IS("--temp", NULL)) {
+        VALUE();
+        if (cli_parse_float(a, v, 0, 1e6, &f)) return -1;
+        o->sp.temperature = (float)f;
+    } else if (IS("--top-k", NULL)) {
+        VALUE();
+        if (cli_parse_int(a, v, 0, 1 << 30, &n)) return -1;
+        o->sp.top_k = (int)n;
+    } else if (IS("--top-p", NULL)) {
+        VALUE();
+        if (cli_parse_float(a, v, 0, 1, &f)) return -1;
+        if (f <= 0) return st_fail("%s: must be above 0 (1 turns it off)", a);
+        o->sp.top_p = (float)f;
+    } else if (IS("--min-p", NULL)) {
+        VALUE();
+        if (cli_parse_float(a, v, 0, 1, &f)) return -1;
+        o->sp.min_p = (float)f;
+    } else if (IS("--repeat-penalty", NULL)) {
+        VALUE();
+        if (cli_parse_float(a, v, 1e-3, 1e3, &f)) return -1;
+        o->sp.repeat_penalty = (float)f;
+    } else if (IS("--repeat-last-n", NULL)) {
+        VALUE();
+        if (cli_parse_int(a, v, 0, 1 << 24, &n)) return -1;
+        o->sp.repeat_last_n = (int)n;
+    } else if (IS("-s", "--seed")) {
+        VALUE();
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(v, &end, 10);
+        if (end == v || *end || errno || v[0] == '-')
+            return st_fail("%s: '%s' is not a non-negative whole number", a, v);
+        o->sp.seed = u;
+    } else {
+        return 0;
+    }
+#undef IS
+#undef VALUE
+    return 1;
+}
+

@@ -1,0 +1,125 @@
+// cli_synth.c: `strata synth` — write a llama-architecture GGUF with random weights.
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "model/synth.h"
+#include "util.h"
+
+static const char synth_help[] =
+    "usage: strata synth -o FILE [options]\n"
+    "\n"
+    "Writes a llama-architecture model with random weights and a byte-level BPE\n"
+    "vocabulary: for tests and for benchmarking model shapes you do not have.\n"
+    "\n"
+    "  -o, --output FILE      where to write the GGUF (required)\n"
+    "      --shape NAME       start from a known shape: tiny (default), smollm2-135m,\n"
+    "                         llama2-7b, llama3-8b; the options below override it\n"
+    "      --vocab N          vocabulary size (>= 257)\n"
+    "      --dim N            embedding width\n"
+    "      --layers N         transformer blocks\n"
+    "      --heads N          attention heads\n"
+    "      --kv-heads N       key/value heads (divides --heads)\n"
+    "      --ff N             feed-forward width\n"
+    "      --ctx N            training context length written to the metadata\n"
+    "      --type T           matrix type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS\n"
+    "      --embd-type T      token embedding type (default: the --type)\n"
+    "      --untied           write a separate output.weight\n"
+    "      --seed N           random seed (default: 1)\n"
+    "  -h, --help             this help\n";
+
+static int parse_type(const char *s, enum ggml_type *out) {
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        const struct quant_traits *qt = quant_get((enum ggml_type)t);
+        if (qt && !strcasecmp(qt->name, s)) {
+            *out = (enum ggml_type)t;
+            return 0;
+        }
+    }
+    return st_fail("unknown tensor type '%s'", s);
+}
+
+int cli_synth(int argc, char **argv) {
+    struct synth_params p = synth_default_params();
+    const char *out = NULL;
+    int embd_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long long n;
+        int *field = NULL;
+        long long lo = 1, hi = 1 << 20;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("%s", synth_help);
+            return 0;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = cli_value(argc, argv, &i))) goto usage_error;
+            continue;
+        } else if (!strcmp(a, "--untied")) {
+            p.tied = 0;
+            continue;
+        }
+        if (!(v = cli_value(argc, argv, &i))) {
+            st_fail("unknown option '%s'", a);
+            goto usage_error;
+        }
+        if (!strcmp(a, "--shape")) {
+            struct synth_params d = synth_default_params();
+            if (!strcmp(v, "tiny")) {
+            } else if (!strcmp(v, "smollm2-135m")) {
+                d.n_vocab = 49152, d.n_embd = 576, d.n_layer = 30, d.n_head = 9, d.n_head_kv = 3;
+                d.n_ff = 1536, d.n_ctx_train = 8192, d.rope_base = 100000, d.type = GGML_TYPE_Q4_1;
+            } else if (!strcmp(v, "llama2-7b")) {
+                d.n_vocab = 32000, d.n_embd = 4096, d.n_layer = 32, d.n_head = 32, d.n_head_kv = 32;
+                d.n_ff = 11008, d.n_ctx_train = 4096, d.type = GGML_TYPE_Q4_0, d.tied = 0;
+            } else if (!strcmp(v, "llama3-8b")) {
+                d.n_vocab = 128256, d.n_embd = 4096, d.n_layer = 32, d.n_head = 32, d.n_head_kv = 8;
+                d.n_ff = 14336, d.n_ctx_train = 8192, d.rope_base = 500000, d.type = GGML_TYPE_Q4_0;
+                d.tied = 0;
+            } else {
+                st_fail("--shape: unknown shape '%s' (tiny, smollm2-135m, llama2-7b, llama3-8b)", v);
+                goto usage_error;
+            }
+            d.seed = p.seed;
+            if (!embd_set) d.embd_type = d.type;
+            p = d;
+        } else if (!strcmp(a, "--type")) {
+            if (parse_type(v, &p.type)) goto usage_error;
+            if (!embd_set) p.embd_type = p.type;
+        } else if (!strcmp(a, "--embd-type")) {
+            if (parse_type(v, &p.embd_type)) goto usage_error;
+            embd_set = 1;
+        } else if (!strcmp(a, "--seed")) {
+            if (cli_parse_int(a, v, 0, (long long)1 << 62, &n)) goto usage_error;
+            p.seed = (uint64_t)n;
+        } else {
+            if (!strcmp(a, "--vocab")) field = &p.n_vocab, lo = 257;
+            else if (!strcmp(a, "--dim")) field = &p.n_embd;
+            else if (!strcmp(a, "--layers")) field = &p.n_layer, hi = 1024;
+            else if (!strcmp(a, "--heads")) field = &p.n_head, hi = 1024;
+            else if (!strcmp(a, "--kv-heads")) field = &p.n_head_kv, hi = 1024;
+            else if (!strcmp(a, "--ff")) field = &p.n_ff;
+            else if (!strcmp(a, "--ctx")) field = &p.n_ctx_train, hi = 1 << 24;
+            if (!field) {
+                st_fail("unknown option '%s'", a);
+                goto usage_error;
+            }
+            if (cli_parse_int(a, v, lo, hi, &n)) goto usage_error;
+            *field = (int)n;
+        }
+    }
+    if (!out) {
+        st_fail("no output file: use -o FILE");
+        goto usage_error;
+    }
+    if (synth_write(&p, out)) {
+        fprintf(stderr, "strata %s\n", st_last_error());
+        return 1;
+    }
+    fprintf(stderr, "wrote %s\n", out);
+    return 0;
+usage_error:
+    fprintf(stderr, "strata synth: %s\nTry 'strata synth --help'.\n", st_last_error());
+    return 2;
+}

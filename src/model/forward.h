@@ -1,0 +1,55 @@
+// forward.h: an inference context (KV cache + scratch on one backend) and the
+// llama forward pass, written once over the backend interface.
+#ifndef STRATA_FORWARD_H
+#define STRATA_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model/model.h"
+
+struct context {
+    struct model *model;  // borrowed
+    struct backend *be;   // borrowed
+    int n_ctx;            // positions the KV cache holds
+    int n_batch;          // tokens one forward call takes at most
+    float **k_cache;      // [n_layer] backend buffers (n_ctx, n_head_kv*head_dim)
+    float **v_cache;      // [n_layer] same
+    // scratch, backend buffers
+    int32_t *tokens;      // (n_batch)
+    float *x;             // (n_batch, n_embd) residual stream
+    float *xb;            // (n_batch, n_embd) normed input / projection output
+    float *q;             // (n_batch, n_head*head_dim)
+    float *k, *v;         // (n_batch, n_head_kv*head_dim)
+    float *att;           // (n_batch, n_head*head_dim)
+    float *hb, *hb2;      // (n_batch, n_ff)
+    float *logits;        // (n_batch, n_vocab)
+    // What the KV cache holds: tokens at positions 0 .. n_past-1.
+    int32_t *history;     // [n_ctx] host
+    int n_past;
+};
+
+// Allocates the KV cache for n_ctx positions and scratch for n_batch tokens on
+// be (preparing the model's weights for it). Returns 0 and sets *out (free with
+// context_free), or -1 with a message (e.g. the memory is not there).
+int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out);
+void context_free(struct context *c);
+// Bytes of scratch a context with batch n_batch allocates on its backend
+// (beside the KV cache, model_kv_bytes): what a memory plan must count.
+uint64_t context_scratch_bytes(const struct model *m, int n_batch);
+
+// Runs n tokens (1 ≤ n ≤ n_batch) at positions pos0 .. pos0+n-1 (pos0+n ≤ n_ctx;
+// positions before pos0 must already be in the cache). Writes logits to host
+// memory: (n, n_vocab) when all_logits, else the last token's (n_vocab).
+// Returns 0 or -1 with a message.
+int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, float *logits,
+                    bool all_logits);
+
+// Makes the cache hold exactly tokens[0..n) and writes the last token's logits
+// (n_vocab) to host memory: reuses the longest prefix already in the cache and
+// runs the rest in n_batch chunks. n ≥ 1 and n ≤ n_ctx, else -1 with a message.
+// On return *n_reused (if not NULL) says how many tokens came from the cache.
+int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused);
+
+#endif

@@ -1,0 +1,87 @@
+// session.c: see session.h.
+#include "model/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/tokenizer.h"
+#include "util.h"
+
+void session_opts_default(struct session_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_batch = SESSION_DEFAULT_BATCH;
+    o->backend = "auto";
+}
+
+int session_open(const struct session_opts *o, struct session *s) {
+    memset(s, 0, sizeof *s);
+    if (!o->model) return st_fail("no model given: use -m FILE (see --help)");
+    if (o->n_ctx < 0 || o->n_batch < 1)
+        return st_fail("context %d and batch %d: the context must be ≥ 0 and the batch ≥ 1",
+                       o->n_ctx, o->n_batch);
+    if (model_load(o->model, &s->model)) return -1;
+    const struct model_hparams *hp = &s->model->hp;
+    int n_ctx = o->n_ctx;
+    if (n_ctx == 0) n_ctx = hp->n_ctx_train < SESSION_DEFAULT_CTX ? hp->n_ctx_train : SESSION_DEFAULT_CTX;
+    if (n_ctx > hp->n_ctx_train)
+        fprintf(stderr,
+                "strata: warning: context %d is longer than the %d tokens the model was trained "
+                "on; quality may drop past that\n",
+                n_ctx, hp->n_ctx_train);
+    const struct backend_opts bo = {.n_threads = o->n_threads, .device = 0};
+    if (!(s->be = backend_open(o->backend, &bo))) goto fail;
+    const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
+    if (s->be->check_memory(s->be, s->model->weight_bytes, model_kv_bytes(s->model, n_ctx),
+                            context_scratch_bytes(s->model, n_batch), n_ctx))
+        goto fail;
+    if (context_init(s->model, s->be, n_ctx, n_batch, &s->ctx)) goto fail;
+    return 0;
+fail:
+    session_close(s);
+    return -1;
+}
+
+void session_close(struct session *s) {
+    context_free(s->ctx);
+    if (s->be) s->be->free(s->be);
+    model_free(s->model);
+    memset(s, 0, sizeof *s);
+}
+
+int session_chat_format(const struct model *m, const char *template_name, struct chat_format *fmt) {
+    if (template_name) {
+        if (chat_format_by_name(template_name, fmt)) return -1;
+    } else {
+        if (!m->chat_template)
+            return st_fail("the model has no chat template (tokenizer.chat_template); name a "
+                           "template family with --template");
+        if (chat_detect(m->chat_template, strlen(m->chat_template), fmt)) return -1;
+    }
+    int32_t bos = tokenizer_bos(m->tok);
+    const char *bos_text = bos >= 0 ? tokenizer_token_text(m->tok, bos) : NULL;
+    if (bos_text) snprintf(fmt->bos, sizeof fmt->bos, "%s", bos_text);
+    return 0;
+}
+
+int session_text_tokens(const struct model *m, const char *text, int32_t **ids) {
+    int n = tokenizer_encode(m->tok, text, strlen(text), true, true, ids);
+    if (n < 0) return -1;
+    // text that starts with the BOS token's text plus a vocabulary that adds one: keep one
+    int32_t bos = tokenizer_bos(m->tok);
+    if (n >= 2 && bos >= 0 && (*ids)[0] == bos && (*ids)[1] == bos) {
+        memmove(*ids, *ids + 1, sizeof(int32_t) * (size_t)(n - 1));
+        n--;
+    }
+    return n;
+}
+
+int session_chat_tokens(const struct model *m, const struct chat_format *fmt,
+                        const struct chat_message *msgs, int n, bool add_generation_prompt,
+                        int32_t **ids) {
+    char *text = chat_render(fmt, msgs, n, add_generation_prompt);
+    if (!text) return -1;
+    int n_ids = session_text_tokens(m, text, ids);
+    free(text);
+    return n_ids;
+}

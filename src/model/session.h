@@ -1,0 +1,56 @@
+// session.h: the engine session every front end shares (run, chat, bench,
+// perplexity, serve): a model loaded, a backend opened from the registry, the
+// memory planned before anything is allocated, and a context made; plus the
+// prompt side: the chat format and tokenisation as the vocabulary asks.
+#ifndef STRATA_SESSION_H
+#define STRATA_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "text/chat.h"
+
+#define SESSION_DEFAULT_CTX 4096
+#define SESSION_DEFAULT_BATCH 512
+
+struct session_opts {
+    const char *model;   // GGUF path (required)
+    int n_ctx;           // positions; 0: SESSION_DEFAULT_CTX, or the model's own if smaller
+    int n_batch;         // tokens per forward pass (capped by n_ctx)
+    int n_threads;       // CPU threads; ≤ 0: every core
+    const char *backend; // a registry name (backend.h) or "auto"
+};
+
+struct session {
+    struct model *model;  // owned
+    struct backend *be;   // owned
+    struct context *ctx;  // owned
+};
+
+void session_opts_default(struct session_opts *o);
+
+// Loads the model, opens the backend, checks that the KV cache and scratch fit
+// the backend's memory, and makes the context. Returns 0 and fills *s (free
+// with session_close), or -1 with a message and *s zeroed.
+int session_open(const struct session_opts *o, struct session *s);
+// Frees what session_open made; s may be zeroed or partly filled.
+void session_close(struct session *s);
+
+// The chat format to use for m: the family named by template_name, or else the
+// one detected from the model's tokenizer.chat_template; fmt->bos is filled
+// from the vocabulary. Returns 0 or -1 with a message.
+int session_chat_format(const struct model *m, const char *template_name, struct chat_format *fmt);
+// Renders msgs with fmt and tokenizes the text (special tokens parsed, BOS
+// added as the vocabulary asks, never twice). Returns the number of ids and
+// sets *ids (malloc'd, caller frees), or -1 with a message.
+int session_chat_tokens(const struct model *m, const struct chat_format *fmt,
+                        const struct chat_message *msgs, int n, bool add_generation_prompt,
+                        int32_t **ids);
+// Tokenizes plain text (special tokens parsed, BOS added as the vocabulary
+// asks, never twice). Returns the number of ids and sets *ids (caller frees), or -1.
+int session_text_tokens(const struct model *m, const char *text, int32_t **ids);
+
+#endif

@@ -1,0 +1,229 @@
+// synth.c: see synth.h.
+#include "model/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct synth_params synth_default_params(void) {
+    return (struct synth_params){
+        .n_vocab = 512,
+        .n_embd = 64,
+        .n_layer = 2,
+        .n_head = 4,
+        .n_head_kv = 2,
+        .n_ff = 128,
+        .n_ctx_train = 2048,
+        .rope_base = 10000.0f,
+        .type = GGML_TYPE_Q8_0,
+        .embd_type = GGML_TYPE_Q8_0,
+        .tied = 1,
+        .seed = 1,
+    };
+}
+
+// Uniform in [-1, 1).
+static float rng_float(uint64_t *s) { return (float)((st_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
+
+// The GPT-2 byte-to-character map: printable bytes stand for themselves, the
+// rest move to U+0100 and up. Writes the UTF-8 of byte b's character to out.
+static int byte_char(int b, char *out) {
+    int cp;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+        cp = b;
+    } else {
+        int k = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xc0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+}
+
+struct build {
+    struct gguf_writer *w;
+    synth_filter_fn filter;
+    void *user;
+    uint64_t rng;
+};
+
+static int keep(struct build *b, const char *name) { return !b->filter || b->filter(b->user, name); }
+
+// Adds a tensor (rows, cols) of random values of the given type, scaled by `scale`.
+static int add_tensor(struct build *b, const char *name, enum ggml_type type, int64_t cols,
+                      int64_t rows, float scale, float offset) {
+    if (!keep(b, name)) return 0;
+    const struct quant_traits *qt = quant_get(type);
+    size_t row_bytes = quant_row_size(type, cols);
+    char *data = malloc(row_bytes * (size_t)rows);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return st_fail("synth: out of memory for tensor %s", name);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) row[c] = offset + scale * rng_float(&b->rng);
+        qt->quantize_row(row, data + (size_t)r * row_bytes, cols);
+    }
+    int64_t ne[2] = {cols, rows};
+    int rc = gguf_writer_add_tensor(b->w, name, type, rows > 1 ? 2 : 1, ne, data);
+    free(data);
+    free(row);
+    return rc;
+}
+
+static int check_type(const char *what, enum ggml_type t, int64_t n) {
+    const struct quant_traits *qt = quant_get(t);
+    if (!qt || !qt->quantize_row)
+        return st_fail("synth: %s type %s has no quantizer (use F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                       "Q5_1, Q8_0, IQ4_NL or IQ4_XS)",
+                       what, quant_name(t));
+    if (n % qt->block_size)
+        return st_fail("synth: width %lld is not a multiple of %s's block size %lld",
+                       (long long)n, qt->name, (long long)qt->block_size);
+    return 0;
+}
+
+static int add_vocab(struct build *b, const struct synth_params *p) {
+    const int n = p->n_vocab, n_extra = n - 257;
+    char **tokens = st_xcalloc((size_t)n, sizeof *tokens);
+    char **merges = st_xcalloc((size_t)n_extra + 1, sizeof *merges);
+    int32_t *types = st_xcalloc((size_t)n, sizeof *types);
+    char ch[256][3];
+    for (int i = 0; i < 256; i++) {
+        ch[i][byte_char(i, ch[i])] = 0;
+        tokens[i] = strdup(ch[i]);
+        types[i] = 1;
+    }
+    tokens[256] = strdup("<|endoftext|>");
+    types[256] = 3;
+    // two-byte tokens over common characters first, so ordinary text merges;
+    // past every such pair, unused placeholder tokens
+    static const char order[] = "etaoinshrdlucmfwypvbgkjqxz ETAOINSHRDLUCMFWYPVBGKJQXZ0123456789";
+    const int no = (int)sizeof order - 1;
+    int n_merges = 0;
+    for (int i = 0; i < n_extra; i++) {
+        char buf[32];
+        if (i < no * no) {
+            const int a = (unsigned char)order[i / no], c = (unsigned char)order[i % no];
+            snprintf(buf, sizeof buf, "%s%s", ch[a], ch[c]);
+            tokens[257 + i] = strdup(buf);
+            types[257 + i] = 1;
+            snprintf(buf, sizeof buf, "%s %s", ch[a], ch[c]);
+            merges[n_merges++] = strdup(buf);
+        } else {
+            snprintf(buf, sizeof buf, "<unused%d>", i);
+            tokens[257 + i] = strdup(buf);
+            types[257 + i] = 5;
+        }
+    }
+    int rc = 0;
+    if (keep(b, "tokenizer.ggml.model")) rc |= gguf_writer_add_str(b->w, "tokenizer.ggml.model", "gpt2");
+    if (keep(b, "tokenizer.ggml.pre")) rc |= gguf_writer_add_str(b->w, "tokenizer.ggml.pre", "default");
+    if (keep(b, "tokenizer.ggml.tokens"))
+        rc |= gguf_writer_add_arr_str(b->w, "tokenizer.ggml.tokens", (const char *const *)tokens,
+                                      (uint64_t)n);
+    if (keep(b, "tokenizer.ggml.token_type"))
+        rc |= gguf_writer_add_arr(b->w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, types,
+                                  (uint64_t)n);
+    if (keep(b, "tokenizer.ggml.merges"))
+        rc |= gguf_writer_add_arr_str(b->w, "tokenizer.ggml.merges", (const char *const *)merges,
+                                      (uint64_t)n_merges);
+    if (keep(b, "tokenizer.ggml.bos_token_id"))
+        rc |= gguf_writer_add_u32(b->w, "tokenizer.ggml.bos_token_id", 256);
+    if (keep(b, "tokenizer.ggml.eos_token_id"))
+        rc |= gguf_writer_add_u32(b->w, "tokenizer.ggml.eos_token_id", 256);
+    if (keep(b, "tokenizer.ggml.add_bos_token"))
+        rc |= gguf_writer_add_bool(b->w, "tokenizer.ggml.add_bos_token", false);
+    for (int i = 0; i < n; i++) free(tokens[i]);
+    for (int i = 0; i < n_merges; i++) free(merges[i]);
+    free(tokens);
+    free(merges);
+    free(types);
+    return rc ? -1 : 0;
+}
+
+int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user,
+                struct gguf_writer **out) {
+    *out = NULL;
+    if (p->n_vocab < 257 || p->n_vocab > (1 << 20))
+        return st_fail("synth: vocabulary %d must be in [257, 1048576]", p->n_vocab);
+    if (p->n_embd < 2 || p->n_layer < 1 || p->n_head < 1 || p->n_head_kv < 1 || p->n_ff < 1 ||
+        p->n_ctx_train < 1)
+        return st_fail("synth: every dimension must be positive");
+    if (p->n_embd % p->n_head || (p->n_embd / p->n_head) % 2)
+        return st_fail("synth: width %d must split into %d heads of even size", p->n_embd,
+                       p->n_head);
+    if (p->n_head % p->n_head_kv)
+        return st_fail("synth: %d KV heads must divide %d heads", p->n_head_kv, p->n_head);
+    if (check_type("weight", p->type, p->n_embd) || check_type("weight", p->type, p->n_ff) ||
+        check_type("embedding", p->embd_type, p->n_embd))
+        return -1;
+    struct build b = {.w = gguf_writer_init(), .filter = filter, .user = user, .rng = p->seed};
+    const int hd = p->n_embd / p->n_head;
+    const int64_t E = p->n_embd, q_dim = (int64_t)p->n_head * hd, kv_dim = (int64_t)p->n_head_kv * hd;
+    int rc = 0;
+#define KEY_U32(k, v) \
+    if (keep(&b, k)) rc |= gguf_writer_add_u32(b.w, k, (uint32_t)(v))
+    if (keep(&b, "general.architecture")) rc |= gguf_writer_add_str(b.w, "general.architecture", "llama");
+    if (keep(&b, "general.name")) rc |= gguf_writer_add_str(b.w, "general.name", "strata synthetic");
+    KEY_U32("llama.block_count", p->n_layer);
+    KEY_U32("llama.context_length", p->n_ctx_train);
+    KEY_U32("llama.embedding_length", p->n_embd);
+    KEY_U32("llama.feed_forward_length", p->n_ff);
+    KEY_U32("llama.attention.head_count", p->n_head);
+    KEY_U32("llama.attention.head_count_kv", p->n_head_kv);
+    KEY_U32("llama.vocab_size", p->n_vocab);
+    KEY_U32("llama.rope.dimension_count", hd);
+#undef KEY_U32
+    if (keep(&b, "llama.rope.freq_base")) rc |= gguf_writer_add_f32(b.w, "llama.rope.freq_base", p->rope_base);
+    if (keep(&b, "llama.attention.layer_norm_rms_epsilon"))
+        rc |= gguf_writer_add_f32(b.w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (rc || add_vocab(&b, p)) goto fail;
+
+    // weights scaled like a trained model's: unit-variance activations, norms near 1
+    const float ws = 1.0f / sqrtf((float)E), fs = 1.0f / sqrtf((float)p->n_ff);
+    if (add_tensor(&b, "token_embd.weight", p->embd_type, E, p->n_vocab, 1.0f, 0) ||
+        add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, E, 1, 0.2f, 1.0f))
+        goto fail;
+    if (!p->tied && add_tensor(&b, "output.weight", p->type, E, p->n_vocab, ws, 0)) goto fail;
+    for (int l = 0; l < p->n_layer; l++) {
+        char name[64];
+#define T(suffix, type, cols, rows, scale, offset)                                                \
+    snprintf(name, sizeof name, "blk.%d." suffix ".weight", l);                                   \
+    if (add_tensor(&b, name, type, cols, rows, scale, offset)) goto fail;
+        T("attn_norm", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);
+        T("attn_q", p->type, E, q_dim, ws, 0);
+        T("attn_k", p->type, E, kv_dim, ws, 0);
+        T("attn_v", p->type, E, kv_dim, ws, 0);
+        T("attn_output", p->type, q_dim, E, ws, 0);
+        T("ffn_norm", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);
+        T("ffn_gate", p->type, E, p->n_ff, ws, 0);
+        T("ffn_up", p->type, E, p->n_ff, ws, 0);
+        T("ffn_down", p->type, p->n_ff, E, fs, 0);
+#undef T
+    }
+    *out = b.w;
+    return 0;
+fail:
+    gguf_writer_free(b.w);
+    return -1;
+}
+
+int synth_write(const struct synth_params *p, const char *path) {
+    struct gguf_writer *w;
+    if (synth_build(p, NULL, NULL, &w)) return -1;
+    int rc = gguf_writer_write_file(w, path);
+    gguf_writer_free(w);
+    return rc;
+}

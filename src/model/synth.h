@@ -1,0 +1,43 @@
+// synth.h: synthetic llama-architecture GGUF models with random weights.
+//
+// For tests (small models of any shape, and crafted bad ones) and for
+// benchmarks of model shapes no test file has (a 7B-shaped model on a GPU).
+// The vocabulary is byte-level BPE: the 256 byte tokens, <|endoftext|> (BOS and
+// EOS), then tokens made of two byte tokens with a merge for each.
+#ifndef STRATA_SYNTH_H
+#define STRATA_SYNTH_H
+
+#include <stdint.h>
+
+#include "format/gguf_write.h"
+#include "format/quant.h"
+
+struct synth_params {
+    int n_vocab;    // ≥ 257
+    int n_embd;     // multiple of n_head and of the weight type's block size
+    int n_layer;
+    int n_head;
+    int n_head_kv;  // divides n_head
+    int n_ff;       // multiple of the weight type's block size
+    int n_ctx_train;
+    float rope_base;
+    enum ggml_type type;      // matrices; needs a quantizer (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS)
+    enum ggml_type embd_type; // token_embd.weight, same rule
+    int tied;                 // 1: no output.weight (the embedding is reused)
+    uint64_t seed;
+};
+
+// Small defaults: vocabulary 512, width 64, 2 layers, 4 heads (2 KV), FFN 128, Q8_0.
+struct synth_params synth_default_params(void);
+
+// Decides whether a key or tensor is written: return 0 to leave it out.
+typedef int (*synth_filter_fn)(void *user, const char *name);
+
+// Builds the model into a new writer (free with gguf_writer_free). filter may
+// be NULL. Returns 0, or -1 with a message naming the bad parameter.
+int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user,
+                struct gguf_writer **out);
+// Builds the model and writes it to path. Returns 0 or -1 with a message.
+int synth_write(const struct synth_params *p, const char *path);
+
+#endif
