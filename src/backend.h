@@ -58,26 +58,56 @@ struct backend {
     // backend buffer of n int32 ids, each < emb.rows (checked by the caller).
     void (*get_rows)(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
                      float *out);
-    // out (n, dim) = x / sqrt(mean(x²) + eps) * w   (w: F32 weight of dim)
+    // out (n, dim) = x / sqrt(mean(x²) + eps) * w   (w: F32 weight of dim; out may
+    // be x). Also the per-head norm: x (n·n_head, head_dim) with w of head_dim.
     void (*rms_norm)(struct backend *be, const struct weight *w, const float *x, float *out, int n,
                      int dim, float eps);
     // y (n, w.rows) = x (n, w.cols) · wᵀ
     void (*matmul)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
-    // In place: rotates x (n, n_head, head_dim) for positions pos0 .. pos0+n-1.
+    // x (n, dim) += b (dim), each row   (b: F32 weight of dim)
+    void (*add_bias)(struct backend *be, const struct weight *b, float *x, int n, int dim);
+    // In place: rotates x (n, n_head, head_dim) for positions pos0 .. pos0+n-1
+    // (model/rope.h has the angles and which elements pair up).
     void (*rope)(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
                  const struct rope_params *rp);
     // Stores k, v (n, n_head_kv, head_dim) into the caches at rows pos0 .. pos0+n-1.
     void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k,
                      const float *v, int n, int pos0, int kv_dim);
-    // out (n, n_head, head_dim): causal grouped-query attention of q (token i
-    // at position pos0+i sees cache rows 0 .. pos0+i), scale 1/sqrt(head_dim).
+    // out (n, n_head, head_dim): causal grouped-query attention of q; token i
+    // at position p = pos0+i sees cache rows 0 .. p (ap->window > 0: only rows
+    // p-window+1 .. p); scores s = ap->scale · q·k, soft-capped to
+    // ap->softcap · tanh(s / ap->softcap) when ap->softcap > 0, then softmax.
     void (*attention)(struct backend *be, const float *q, const float *k_cache,
                       const float *v_cache, float *out, int n, int pos0, int n_head, int n_head_kv,
-                      int head_dim);
-    // gate (n) = silu(gate) * up
-    void (*swiglu)(struct backend *be, float *gate, const float *up, int64_t n);
+                      int head_dim, const struct attn_params *ap);
+    // out (n, dim) = act(g) · u, elementwise over rows whose values start every
+    // `stride` floats: g[i·stride + j], u[i·stride + j] (stride ≥ dim; out is
+    // dense; it may be g when stride = dim). act: SiLU, or GELU's tanh form.
+    void (*glu)(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
+                int n, int dim, int stride);
     // x (n) += y
     void (*add)(struct backend *be, float *x, const float *y, int64_t n);
+    // x (n) *= s
+    void (*scale)(struct backend *be, float *x, int64_t n, float s);
+    // x (n) = cap · tanh(x / cap), cap > 0
+    void (*softcap)(struct backend *be, float *x, int64_t n, float cap);
+
+    // Mixture of experts. moe_route: for each of n rows of logits (n,
+    // mp->n_expert), the mp->n_used experts of highest gate value, best first
+    // (ties: lower index), into ids (n, n_used), and their weights (n, n_used):
+    // gate values (softmax over all experts, or each logit's sigmoid), divided
+    // by their sum (at least 2^-14) when mp->norm, times mp->scale.
+    void (*moe_route)(struct backend *be, const float *logits, int n, const struct moe_params *mp,
+                      int32_t *ids, float *weights);
+    // y (n, k, w.rows) = for every token t and slot s, expert ids[t·k + s] of
+    // w (w.n_expert matrices of (rows, cols)) times x row (t, s) when x_slots
+    // is k, or row t when x_slots is 1: x (n, x_slots, cols).
+    void (*matmul_id)(struct backend *be, const struct weight *w, const float *x, int x_slots,
+                      const int32_t *ids, int k, float *y, int n);
+    // out (n, dim) = Σ_s weights[t·k + s] · y (t, s, :)   (y: (n, k, dim); out may
+    // be y when k = 1)
+    void (*moe_combine)(struct backend *be, const float *y, const float *weights, int n, int k,
+                        int dim, float *out);
     // Waits for every enqueued op. Returns 0, or -1 with the first error's message.
     int (*sync)(struct backend *be);
 };

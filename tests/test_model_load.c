@@ -74,7 +74,7 @@ static void add_short_embedding(struct gguf_writer *w) {
     int64_t ne[2] = {64, 500};
     gguf_writer_add_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, ne, z);
 }
-static void add_scaling_yarn(struct gguf_writer *w) { gguf_writer_add_str(w, "llama.rope.scaling.type", "yarn"); }
+static void add_scaling_dynamic(struct gguf_writer *w) { gguf_writer_add_str(w, "llama.rope.scaling.type", "dynamic"); }
 
 static void test_bad_models(void) {
     struct synth_params p = synth_default_params();
@@ -96,7 +96,7 @@ static void test_bad_models(void) {
     expect_refused(write_model(&p, "blk.0.attn_norm.weight", add_f16_norm, "norm"), "must be F32");
     expect_refused(write_model(&p, "llama.attention.head_count_kv", add_bad_heads, "heads"),
                    "not a multiple of head_count_kv 3");
-    expect_refused(write_model(&p, NULL, add_scaling_yarn, "yarn"), "rope scaling 'yarn'");
+    expect_refused(write_model(&p, NULL, add_scaling_dynamic, "dynamic"), "rope scaling 'dynamic'");
     expect_refused(write_model(&p, "tokenizer.ggml.tokens", NULL, "no_vocab"), "tokenizer");
     // embedding rows that disagree with the vocabulary
     expect_refused(write_model(&p, "token_embd.weight", add_short_embedding, "embd_rows"),

@@ -167,6 +167,7 @@ static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
     struct weight w = {0};
     w.name = "w";
     w.name_len = 1;
+    w.n_expert = 1;
     w.type = t;
     w.rows = rows;
     w.cols = cols;
@@ -325,6 +326,12 @@ static void test_matmul(const struct be_entry *e) {
 }
 
 static void test_get_rows(const struct be_entry *e) {
+    if (e->be->get_rows == ref->get_rows) { // the same code compared with itself proves nothing
+        printf("  --   %s get_rows: the reference's own code (dequantize_row, tested in test_quant): "
+               "not compared\n",
+               e->be->name);
+        return;
+    }
     const int before = test_n_fail;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum ggml_type t = all_types[ti];
@@ -400,6 +407,74 @@ static void test_rms_norm(const struct be_entry *e) {
     printf("  %s %s rms_norm\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
 }
 
+// The RoPE variants every backend is checked on: NORM and NEOX, whole and
+// partial rotation, frequency factors, linear scaling, YaRN and a magnitude factor.
+static struct rope_params rope_variant(int kind, int hd, int partial, int variant, float *ff) {
+    struct rope_params rp = {.kind = kind ? ROPE_KIND_NEOX : ROPE_KIND_NORM,
+                             .n_dims = partial ? (hd / 2 + hd / 4) / 2 * 2 : hd,
+                             .base = variant == 3 ? 1e6f : 10000.0f,
+                             .freq_scale = 1.0f,
+                             .attn_factor = 1.0f,
+                             .beta_fast = 32.0f,
+                             .beta_slow = 1.0f,
+                             .n_ctx_orig = 4096};
+    if (variant == 1) { // rope_freqs / LongRoPE factors, linear scaling
+        for (int i = 0; i < rp.n_dims / 2; i++) ff[i] = (float)(1 + 3 * rng_unit());
+        rp.freq_factors = ff;
+        rp.freq_scale = 0.25f;
+    } else if (variant == 2) { // YaRN, x4, with a magnitude factor
+        rp.freq_scale = 0.25f;
+        rp.ext_factor = 1.0f;
+        rp.attn_factor = 0.9f;
+    }
+    return rp;
+}
+
+// The reference's RoPE against its closed form, computed here on its own: each
+// pair's angle from the formula in long double, rotated as a complex number.
+static void test_rope_reference(void) {
+    const int before = test_n_fail;
+    for (int kind = 0; kind < 2; kind++)
+        for (int partial = 0; partial < 2; partial++)
+            for (int variant = 0; variant < 4; variant++) {
+                const int hd = 64, n_head = 2, pos = variant == 0 ? 3 : 20000;
+                float ff[64];
+                const struct rope_params rp = rope_variant(kind, hd, partial, variant, ff);
+                float x[128], want[128];
+                fill_normal(x, 128);
+                memcpy(want, x, sizeof x);
+                const long double pi2 = 6.283185307179586476925L;
+                const long double lb = 2 * logl(rp.base);
+                const long double lo = fmaxl(0, floorl(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_fast * pi2)) / lb));
+                const long double hi = fminl(rp.n_dims - 1, ceill(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_slow * pi2)) / lb));
+                for (int h = 0; h < n_head; h++)
+                    for (int i = 0; i < rp.n_dims / 2; i++) {
+                        long double ext = pos * powl(rp.base, -(long double)(2 * i) / rp.n_dims);
+                        if (rp.freq_factors) ext /= rp.freq_factors[i];
+                        long double th = rp.freq_scale * ext, mag = rp.attn_factor;
+                        if (rp.ext_factor) {
+                            long double y = (i - lo) / fmaxl(0.001L, hi - lo);
+                            const long double ramp = 1 - fminl(1, fmaxl(0, y));
+                            th = th * (1 - ramp) + ext * ramp;
+                            mag *= 1 + 0.1L * logl(1 / (long double)rp.freq_scale);
+                        }
+                        const int a = kind ? i : 2 * i, b = kind ? i + rp.n_dims / 2 : 2 * i + 1;
+                        const long double re = x[h * hd + a], im = x[h * hd + b];
+                        want[h * hd + a] = (float)(mag * (re * cosl(th) - im * sinl(th)));
+                        want[h * hd + b] = (float)(mag * (re * sinl(th) + im * cosl(th)));
+                    }
+                float got[128];
+                memcpy(got, x, sizeof x);
+                ref->rope(ref, got, 1, n_head, hd, pos, &rp);
+                char what[96];
+                snprintf(what, sizeof what, "rope closed form %s n_dims=%d variant=%d",
+                         kind ? "neox" : "norm", rp.n_dims, variant);
+                compare(ref->name, what, got, want, NULL, 128, 1e-6, 1e-5, 1e-11);
+            }
+    printf("  %s %s rope against its closed form\n", test_n_fail == before ? "ok  " : "FAIL",
+           ref->name);
+}
+
 static void test_rope(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int hds[] = {64, 128, 40};
@@ -407,16 +482,12 @@ static void test_rope(const struct be_entry *e) {
     for (int kind = 0; kind < 2; kind++)
         for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
             for (int partial = 0; partial < 2; partial++)
-                for (int with_ff = 0; with_ff < 2; with_ff++)
+                for (int variant = 0; variant < 4; variant++)
                     for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
                         const int hd = hds[hi], n_head = 1 + (int)(rng_u64() % 9);
                         const int n = pi == 1 ? 1 : 4, pos0 = pos0s[pi];
-                        struct rope_params rp = {kind ? ROPE_KIND_NEOX : ROPE_KIND_NORM,
-                                                 partial ? hd / 2 : hd, 10000.0f,
-                                                 with_ff ? 0.25f : 1.0f, NULL};
                         float ff[64];
-                        for (int i = 0; i < rp.n_dims / 2; i++) ff[i] = (float)(1 + 3 * rng_unit());
-                        if (with_ff) rp.freq_factors = ff;
+                        const struct rope_params rp = rope_variant(kind, hd, partial, variant, ff);
                         const size_t nx = (size_t)n * n_head * hd;
                         float *x = xmalloc_f(nx), *want = xmalloc_f(nx), *got = xmalloc_f(nx);
                         fill_normal(x, nx);
@@ -425,8 +496,8 @@ static void test_rope(const struct be_entry *e) {
                         float *bx = put(e->be, x, nx * sizeof(float));
                         e->be->rope(e->be, bx, n, n_head, hd, pos0, &rp);
                         char what[128];
-                        snprintf(what, sizeof what, "rope %s hd=%d n_dims=%d ff=%d pos0=%d n=%d heads=%d",
-                                 kind ? "neox" : "norm", hd, rp.n_dims, with_ff, pos0, n, n_head);
+                        snprintf(what, sizeof what, "rope %s hd=%d n_dims=%d variant=%d pos0=%d n=%d heads=%d",
+                                 kind ? "neox" : "norm", hd, rp.n_dims, variant, pos0, n, n_head);
                         if (get(e->be, got, bx, nx))
                             compare(e->be->name, what, got, want, NULL, nx, 1e-6, 1e-5, 1e-10);
                         else
@@ -443,6 +514,11 @@ static void test_kv_store_attention(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256}, {6, 2, 32}};
     static const int pos0s[] = {0, 7, 300, 1100};
+    // attention options: plain; a soft-cap that bites (scores reach several
+    // times the cap) with an unusual scale; sliding windows shorter and longer
+    // than the context
+    static const struct { float scale_mul, softcap; int window; } opts[] = {
+        {1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
         for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
             for (int n = 1; n <= 5; n += 4) {
@@ -466,54 +542,254 @@ static void test_kv_store_attention(const struct be_entry *e) {
                 float *bq = put(e->be, q, nq * sizeof(float)), *bo = put(e->be, NULL, nq * sizeof(float));
                 ref->kv_store(ref, kc, vc, k, v, n, pos0, kv_dim);
                 e->be->kv_store(e->be, bkc, bvc, bk, bv, n, pos0, kv_dim);
-                char what[128];
+                char what[160];
                 snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d", pos0, n, kv_dim);
                 if (get(e->be, gotc, bkc, nc))
                     compare(e->be->name, what, gotc, kc, NULL, (size_t)(pos0 + n) * kv_dim, 0, 0, 0);
                 else
                     test_n_fail++;
-                ref->attention(ref, q, kc, vc, want, n, pos0, n_head, n_head_kv, hd);
-                poison(e->be, bo, nq);
-                e->be->attention(e->be, bq, bkc, bvc, bo, n, pos0, n_head, n_head_kv, hd);
-                snprintf(what, sizeof what, "attention heads=%d/%d hd=%d pos0=%d n=%d", n_head,
-                         n_head_kv, hd, pos0, n);
-                if (get(e->be, got, bo, nq))
-                    compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
-                else
-                    test_n_fail++;
+                for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
+                    const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
+                                                   opts[oi].softcap, opts[oi].window};
+                    ref->attention(ref, q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
+                    poison(e->be, bo, nq);
+                    e->be->attention(e->be, bq, bkc, bvc, bo, n, pos0, n_head, n_head_kv, hd, &ap);
+                    snprintf(what, sizeof what,
+                             "attention heads=%d/%d hd=%d pos0=%d n=%d scale=%.3g cap=%g window=%d",
+                             n_head, n_head_kv, hd, pos0, n, ap.scale, ap.softcap, ap.window);
+                    if (get(e->be, got, bo, nq))
+                        compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
+                    else
+                        test_n_fail++;
+                }
                 void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
                 for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
                 free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
             }
-    printf("  %s %s kv_store, attention\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window)\n",
+           test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+// Runs one element-wise op on be and on the reference over the same inputs and
+// compares; op 0 add, 1 scale, 2 softcap, 3 add_bias, 4 glu SiLU, 5 glu GELU.
+static void elementwise_case(const struct be_entry *e, int op, int rows, int dim, int stride) {
+    static const char *names[] = {"add", "scale", "softcap", "add_bias", "glu silu", "glu gelu"};
+    const bool glu = op >= 4;
+    const size_t n_in = glu ? (size_t)rows * stride : (size_t)rows * dim, n_out = (size_t)rows * dim;
+    float *a = xmalloc_f(n_in), *b = xmalloc_f(n_in), *want = xmalloc_f(n_in), *got = xmalloc_f(n_in);
+    fill_normal(a, n_in);
+    fill_normal(b, n_in);
+    for (size_t i = 0; i < n_in; i++) a[i] *= 4; // reach the tails of tanh and the activations
+    struct weight bias = make_weight(GGML_TYPE_F32, 1, dim);
+    const float sc = (float)(0.1 + 3 * rng_unit()), cap = (float)(0.5 + 4 * rng_unit());
+    memcpy(want, a, sizeof(float) * n_in);
+    float *ba = put(e->be, a, sizeof(float) * n_in), *bb = put(e->be, b, sizeof(float) * n_in);
+    float *bo = glu ? put(e->be, NULL, sizeof(float) * n_out) : ba;
+    const enum glu_act act = op == 4 ? GLU_SILU : GLU_GELU;
+    if (glu) poison(e->be, bo, n_out);
+    int ok_prep = 1;
+    switch (op) {
+    case 0: ref->add(ref, want, b, (int64_t)n_out), e->be->add(e->be, ba, bb, (int64_t)n_out); break;
+    case 1: ref->scale(ref, want, (int64_t)n_out, sc), e->be->scale(e->be, ba, (int64_t)n_out, sc); break;
+    case 2: ref->softcap(ref, want, (int64_t)n_out, cap), e->be->softcap(e->be, ba, (int64_t)n_out, cap); break;
+    case 3:
+        ref->add_bias(ref, &bias, want, rows, dim);
+        if ((ok_prep = !e->be->prepare_weight(e->be, &bias))) e->be->add_bias(e->be, &bias, ba, rows, dim);
+        break;
+    default:
+        ref->glu(ref, act, a, b, want, rows, dim, stride);
+        e->be->glu(e->be, act, ba, bb, bo, rows, dim, stride);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s rows=%d dim=%d stride=%d", names[op], rows, dim, stride);
+    if (!ok_prep) {
+        printf("  FAIL %s %s: %s\n", e->be->name, what, st_last_error());
+        test_n_fail++;
+    } else if (get(e->be, got, bo, n_out)) {
+        // float ops: a few roundings, and expf/tanhf against double
+        compare(e->be->name, what, got, want, NULL, n_out, 1e-7, op == 0 || op == 3 ? 1e-7 : 4e-6, 1e-11);
+    } else {
+        test_n_fail++;
+    }
+    if (op == 3) e->be->release_weight(e->be, &bias);
+    e->be->release(e->be, ba);
+    e->be->release(e->be, bb);
+    if (glu) e->be->release(e->be, bo);
+    free(a), free(b), free(want), free(got), free((void *)bias.data);
 }
 
 static void test_elementwise(const struct be_entry *e) {
     const int before = test_n_fail;
-    static const int64_t sizes[] = {1, 31, 1000, 100003};
-    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-        const int64_t n = sizes[k];
-        float *a = xmalloc_f((size_t)n), *b = xmalloc_f((size_t)n), *want = xmalloc_f((size_t)n),
-              *got = xmalloc_f((size_t)n);
-        fill_normal(a, (size_t)n);
-        fill_normal(b, (size_t)n);
-        for (int op = 0; op < 2; op++) {
-            memcpy(want, a, sizeof(float) * (size_t)n);
-            float *ba = put(e->be, a, sizeof(float) * (size_t)n), *bb = put(e->be, b, sizeof(float) * (size_t)n);
-            if (op == 0) ref->swiglu(ref, want, b, n), e->be->swiglu(e->be, ba, bb, n);
-            else ref->add(ref, want, b, n), e->be->add(e->be, ba, bb, n);
-            char what[64];
-            snprintf(what, sizeof what, "%s n=%lld", op ? "add" : "swiglu", (long long)n);
-            if (get(e->be, got, ba, (size_t)n))
-                compare(e->be->name, what, got, want, NULL, (size_t)n, 1e-7, op ? 0 : 1e-5, op ? 0 : 1e-10);
-            else
-                test_n_fail++;
-            e->be->release(e->be, ba);
-            e->be->release(e->be, bb);
-        }
-        free(a), free(b), free(want), free(got);
+    static const int shapes[][3] = {{1, 1, 1}, {3, 31, 31}, {5, 1000, 1000}, {7, 4099, 4099},
+                                    {4, 96, 192}, {2, 37, 100}};
+    for (int op = 0; op < 6; op++)
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+            if (op >= 4 || shapes[k][1] == shapes[k][2])
+                elementwise_case(e, op, shapes[k][0], shapes[k][1], shapes[k][2]);
+    // glu in place (out = g, the forward pass's use)
+    {
+        const int rows = 3, dim = 517;
+        const size_t nn = (size_t)rows * dim;
+        float *g = xmalloc_f(nn), *u = xmalloc_f(nn), *want = xmalloc_f(nn), *got = xmalloc_f(nn);
+        fill_normal(g, nn);
+        fill_normal(u, nn);
+        ref->glu(ref, GLU_SILU, g, u, want, rows, dim, dim);
+        float *bg = put(e->be, g, sizeof(float) * nn), *bu = put(e->be, u, sizeof(float) * nn);
+        e->be->glu(e->be, GLU_SILU, bg, bu, bg, rows, dim, dim);
+        if (get(e->be, got, bg, nn))
+            compare(e->be->name, "glu silu in place", got, want, NULL, nn, 1e-7, 4e-6, 1e-11);
+        else
+            test_n_fail++;
+        e->be->release(e->be, bg);
+        e->be->release(e->be, bu);
+        free(g), free(u), free(want), free(got);
     }
-    printf("  %s %s swiglu, add\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+    printf("  %s %s add, scale, softcap, add_bias, glu\n", test_n_fail == before ? "ok  " : "FAIL",
+           e->be->name);
+}
+
+// --- mixture of experts ---------------------------------------------------------------
+
+static void test_moe_route(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int cfg[][2] = {{1, 1}, {4, 2}, {8, 2}, {60, 4}, {128, 8}, {16, 16}};
+    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
+        for (int gating = 0; gating < 2; gating++)
+            for (int norm = 0; norm < 2; norm++) {
+                const int ne = cfg[ci][0], k = cfg[ci][1], n = 1 + (int)(rng_u64() % 9);
+                const struct moe_params mp = {ne, k, gating ? MOE_GATING_SIGMOID : MOE_GATING_SOFTMAX,
+                                              norm != 0, norm ? 1.0f : (float)(0.5 + rng_unit())};
+                const size_t nl = (size_t)n * ne, nk = (size_t)n * k;
+                float *l = xmalloc_f(nl), *ww = xmalloc_f(nk), *gw = xmalloc_f(nk);
+                int32_t *wi = st_xmalloc(sizeof(int32_t) * nk), *gi = st_xmalloc(sizeof(int32_t) * nk);
+                fill_normal(l, nl);
+                for (size_t i = 0; i < nl; i++) l[i] *= 3;
+                ref->moe_route(ref, l, n, &mp, wi, ww);
+                float *bl = put(e->be, l, sizeof(float) * nl), *bw = put(e->be, NULL, sizeof(float) * nk);
+                int32_t *bi = put(e->be, NULL, sizeof(int32_t) * nk);
+                poison(e->be, bw, nk);
+                e->be->moe_route(e->be, bl, n, &mp, bi, bw);
+                e->be->download(e->be, gi, bi, sizeof(int32_t) * nk);
+                char what[96];
+                snprintf(what, sizeof what, "moe_route experts=%d k=%d n=%d %s%s", ne, k, n,
+                         gating ? "sigmoid" : "softmax", norm ? " norm" : "");
+                if (get(e->be, gw, bw, nk)) {
+                    size_t bad = 0;
+                    for (size_t i = 0; i < nk; i++) bad += gi[i] != wi[i];
+                    if (bad) {
+                        printf("  FAIL %s %s: %zu of %zu expert ids differ (first [0] got %d want %d)\n",
+                               e->be->name, what, bad, nk, gi[0], wi[0]);
+                        test_n_fail++;
+                    } else {
+                        compare(e->be->name, what, gw, ww, NULL, nk, 1e-7, 2e-6, 1e-11);
+                    }
+                } else {
+                    test_n_fail++;
+                }
+                e->be->release(e->be, bl), e->be->release(e->be, bw), e->be->release(e->be, bi);
+                free(l), free(ww), free(gw), free(wi), free(gi);
+            }
+    printf("  %s %s moe_route\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+}
+
+// y (n, k, rows) = expert products, checked per (token, slot) with the
+// matmul bounds of that expert's rows.
+static void test_matmul_id_case(const struct be_entry *e, enum ggml_type t, int ne, int64_t rows,
+                                int64_t cols, int n, int k, int x_slots) {
+    struct weight w = make_weight(t, rows * ne, cols);
+    w.rows = rows;
+    w.n_expert = ne;
+    const size_t nx = (size_t)n * x_slots * cols, ny = (size_t)n * k * rows;
+    float *x = xmalloc_f(nx), *want = xmalloc_f(ny), *got = xmalloc_f(ny);
+    int32_t *ids = st_xmalloc(sizeof(int32_t) * (size_t)n * k);
+    fill_normal(x, nx);
+    for (int i = 0; i < n; i++) // k distinct experts per token, as routing gives
+        for (int s = 0; s < k; s++) {
+            int32_t id;
+            bool dup;
+            do {
+                id = (int32_t)(rng_u64() % (uint64_t)ne);
+                dup = false;
+                for (int r = 0; r < s; r++) dup |= ids[i * k + r] == id;
+            } while (dup);
+            ids[i * k + s] = id;
+        }
+    ref->matmul_id(ref, &w, x, x_slots, ids, k, want, n);
+    // bounds: each (token, slot) is a one-token product with that expert's rows
+    double *bound = st_xmalloc(sizeof(double) * ny), nmse_sum = 0, ss_ref = 0;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < k; s++) {
+            struct weight we = w;
+            we.n_expert = 1;
+            we.data = (const char *)w.data + (size_t)ids[i * k + s] * rows * w.row_bytes;
+            const float *xr = x + ((size_t)i * x_slots + (x_slots > 1 ? s : 0)) * cols;
+            const float *yr = want + ((size_t)i * k + s) * rows;
+            double nm;
+            double *b = matmul_bounds(&we, xr, 1, act_block(e, t), yr, &nm);
+            double ssr = 0;
+            for (int64_t r = 0; r < rows; r++) ssr += (double)yr[r] * yr[r];
+            nmse_sum += nm * ssr; // back to an absolute sum of squares
+            ss_ref += ssr;
+            memcpy(bound + ((size_t)i * k + s) * rows, b, sizeof(double) * (size_t)rows);
+            free(b);
+        }
+    const double nmse_max = ss_ref > 0 ? nmse_sum / ss_ref : nmse_sum;
+    char what[128];
+    snprintf(what, sizeof what, "matmul_id %s experts=%d %lldx%lld n=%d k=%d x_slots=%d",
+             quant_name(t), ne, (long long)rows, (long long)cols, n, k, x_slots);
+    if (e->be->prepare_weight(e->be, &w)) {
+        printf("  FAIL %s %s: prepare_weight: %s\n", e->be->name, what, st_last_error());
+        test_n_fail++;
+    } else {
+        float *bx = put(e->be, x, nx * sizeof(float)), *by = put(e->be, NULL, ny * sizeof(float));
+        int32_t *bi = put(e->be, ids, sizeof(int32_t) * (size_t)n * k);
+        poison(e->be, by, ny);
+        e->be->matmul_id(e->be, &w, bx, x_slots, bi, k, by, n);
+        if (get(e->be, got, by, ny))
+            compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
+        else
+            test_n_fail++;
+        e->be->release(e->be, bx), e->be->release(e->be, by), e->be->release(e->be, bi);
+        e->be->release_weight(e->be, &w);
+    }
+    free(bound), free(x), free(want), free(got), free(ids), free((void *)w.data);
+}
+
+static void test_moe(const struct be_entry *e) {
+    test_moe_route(e);
+    const int before = test_n_fail;
+    static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+                                           GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int64_t c = quant_get(types[ti])->block_size == 256 ? 512 : 96;
+        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 1);   // decode, gate/up
+        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 2);   // decode, down
+        test_matmul_id_case(e, types[ti], 4, 33, c, 7, 2, 1);   // a batch
+        test_matmul_id_case(e, types[ti], 16, 17, c, 5, 4, 4);
+    }
+    // moe_combine, and in place for one slot (the shared expert's gate)
+    for (int k = 1; k <= 8; k *= 2) {
+        const int n = 5, dim = 300;
+        const size_t ny = (size_t)n * k * dim, nw = (size_t)n * k, no = (size_t)n * dim;
+        float *y = xmalloc_f(ny), *w = xmalloc_f(nw), *want = xmalloc_f(no), *got = xmalloc_f(no);
+        fill_normal(y, ny);
+        fill_normal(w, nw);
+        ref->moe_combine(ref, y, w, n, k, dim, want);
+        float *by = put(e->be, y, sizeof(float) * ny), *bw = put(e->be, w, sizeof(float) * nw);
+        float *bo = k == 1 ? by : put(e->be, NULL, sizeof(float) * no);
+        if (k > 1) poison(e->be, bo, no);
+        e->be->moe_combine(e->be, by, bw, n, k, dim, bo);
+        char what[64];
+        snprintf(what, sizeof what, "moe_combine k=%d%s", k, k == 1 ? " in place" : "");
+        if (get(e->be, got, bo, no))
+            compare(e->be->name, what, got, want, NULL, no, 1e-6, 1e-6, 1e-11);
+        else
+            test_n_fail++;
+        e->be->release(e->be, by), e->be->release(e->be, bw);
+        if (k > 1) e->be->release(e->be, bo);
+        free(y), free(w), free(want), free(got);
+    }
+    printf("  %s %s matmul_id, moe_combine\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
 }
 
 #ifdef STRATA_GPU
@@ -671,6 +947,7 @@ int main(int argc, char **argv) {
         printf("--perf times the GPU backend, which this build does not have\n");
 #endif
     } else {
+        test_rope_reference();
         for (int b = 0; b < n_bes; b++) {
             const struct be_entry *e = &bes[b];
             printf("== %s against %s\n", e->be->name, ref->name);
@@ -680,6 +957,7 @@ int main(int argc, char **argv) {
             test_rope(e);
             test_kv_store_attention(e);
             test_elementwise(e);
+            test_moe(e);
 #ifdef STRATA_GPU
             if (e->gpu) test_argmax(e);
 #endif

@@ -1,4 +1,5 @@
-// cli_synth.c: `strata synth` — write a llama-architecture GGUF with random weights.
+// cli_synth.c: `strata synth` — write a GGUF of any supported architecture with
+// random weights.
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -11,10 +12,14 @@
 static const char synth_help[] =
     "usage: strata synth -o FILE [options]\n"
     "\n"
-    "Writes a llama-architecture model with random weights and a byte-level BPE\n"
-    "vocabulary: for tests and for benchmarking model shapes you do not have.\n"
+    "Writes a model with random weights and a byte-level BPE vocabulary, with the\n"
+    "keys and tensor names llama.cpp's converter writes for its architecture: for\n"
+    "tests and for benchmarking model shapes you do not have.\n"
     "\n"
     "  -o, --output FILE      where to write the GGUF (required)\n"
+    "      --arch NAME        llama (default), qwen2, qwen2moe, qwen3, qwen3moe, gemma2,\n"
+    "                         gemma3 or phi3; sets that architecture's small defaults\n"
+    "                         (experts, sliding window, soft-caps) for the options below\n"
     "      --shape NAME       start from a known shape: tiny (default), smollm2-135m,\n"
     "                         llama2-7b, llama3-8b; the options below override it\n"
     "      --vocab N          vocabulary size (>= 257)\n"
@@ -27,6 +32,21 @@ static const char synth_help[] =
     "      --type T           matrix type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS\n"
     "      --embd-type T      token embedding type (default: the --type)\n"
     "      --untied           write a separate output.weight\n"
+    "      --head-dim N       per-head width (default: dim / heads)\n"
+    "      --rot N            rotated dimensions per head (default: all; fewer: partial)\n"
+    "      --experts N        experts per layer (llama: Mixtral-style; qwen2moe, qwen3moe)\n"
+    "      --experts-used N   experts each token goes through\n"
+    "      --ff-exp N         expert feed-forward width (default: --ff)\n"
+    "      --ff-shexp N       shared expert width (qwen2moe; default: --ff)\n"
+    "      --swa N            sliding window (gemma2, gemma3)\n"
+    "      --attn-softcap F   attention logit soft-cap (gemma2)\n"
+    "      --final-softcap F  final logit soft-cap (gemma2, gemma3)\n"
+    "      --rope-base F      RoPE base (default: 10000)\n"
+    "      --rope-base-swa F  RoPE base of sliding-window layers (gemma3)\n"
+    "      --rope-scaling S   linear, yarn or longrope (phi3: factor tensors)\n"
+    "      --rope-factor F    linear or YaRN scaling factor (default: 4)\n"
+    "      --rope-orig-ctx N  the original context of YaRN and LongRoPE\n"
+    "      --rope-attn-factor F  magnitude factor of cos and sin\n"
     "      --seed N           random seed (default: 1)\n"
     "  -h, --help             this help\n";
 
@@ -64,7 +84,23 @@ int cli_synth(int argc, char **argv) {
             st_fail("unknown option '%s'", a);
             goto usage_error;
         }
-        if (!strcmp(a, "--shape")) {
+        if (!strcmp(a, "--arch")) {
+            if (synth_arch_defaults(v, &p)) goto usage_error;
+        } else if (!strcmp(a, "--rope-scaling")) {
+            p.rope_scaling = v;
+        } else if (!strcmp(a, "--rope-base") || !strcmp(a, "--rope-base-swa") ||
+                   !strcmp(a, "--rope-factor") || !strcmp(a, "--rope-attn-factor") ||
+                   !strcmp(a, "--attn-softcap") || !strcmp(a, "--final-softcap")) {
+            double f;
+            if (cli_parse_float(a, v, 1e-6, 1e9, &f)) goto usage_error;
+            float *dst = !strcmp(a, "--rope-base")       ? &p.rope_base
+                         : !strcmp(a, "--rope-base-swa") ? &p.rope_base_swa
+                         : !strcmp(a, "--rope-factor")   ? &p.rope_factor
+                         : !strcmp(a, "--rope-attn-factor") ? &p.rope_attn_factor
+                         : !strcmp(a, "--attn-softcap")  ? &p.attn_softcap
+                                                         : &p.final_softcap;
+            *dst = (float)f;
+        } else if (!strcmp(a, "--shape")) {
             struct synth_params d = synth_default_params();
             if (!strcmp(v, "tiny")) {
             } else if (!strcmp(v, "smollm2-135m")) {
@@ -82,6 +118,7 @@ int cli_synth(int argc, char **argv) {
                 goto usage_error;
             }
             d.seed = p.seed;
+            d.arch = p.arch;
             if (!embd_set) d.embd_type = d.type;
             p = d;
         } else if (!strcmp(a, "--type")) {
@@ -101,6 +138,14 @@ int cli_synth(int argc, char **argv) {
             else if (!strcmp(a, "--kv-heads")) field = &p.n_head_kv, hi = 1024;
             else if (!strcmp(a, "--ff")) field = &p.n_ff;
             else if (!strcmp(a, "--ctx")) field = &p.n_ctx_train, hi = 1 << 24;
+            else if (!strcmp(a, "--head-dim")) field = &p.head_dim, hi = 4096;
+            else if (!strcmp(a, "--rot")) field = &p.n_rot, hi = 4096;
+            else if (!strcmp(a, "--experts")) field = &p.n_expert, lo = 0, hi = 1024;
+            else if (!strcmp(a, "--experts-used")) field = &p.n_expert_used, hi = 1024;
+            else if (!strcmp(a, "--ff-exp")) field = &p.n_ff_exp;
+            else if (!strcmp(a, "--ff-shexp")) field = &p.n_ff_shexp;
+            else if (!strcmp(a, "--swa")) field = &p.n_swa, lo = 0, hi = 1 << 24;
+            else if (!strcmp(a, "--rope-orig-ctx")) field = &p.rope_orig_ctx, hi = 1 << 24;
             if (!field) {
                 st_fail("unknown option '%s'", a);
                 goto usage_error;

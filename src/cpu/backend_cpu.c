@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
+#include "model/rope.h"
 #include "util.h"
 
 #define ROW_GROUP 8  // weight rows that share one pass over the activations
@@ -106,27 +107,98 @@ static void quant_worker(void *arg, int ith, int nth) {
         j->q(j->x + (size_t)t * j->cols, j->out + (size_t)t * j->out_bytes, j->cols);
 }
 
+// The n activation rows x (n, cols) as the weight type's dot products take
+// them: the float rows themselves, or quantized once to vec_dot_type (in the
+// backend's scratch, threads sharing the rows); *row_bytes is their stride.
+static const char *activations(struct cpu *c, const struct quant_traits *qt, const float *x, int n,
+                               int64_t cols, size_t *row_bytes) {
+    if (qt->vec_dot_type == GGML_TYPE_F32) {
+        *row_bytes = sizeof(float) * (size_t)cols;
+        return (const char *)x;
+    }
+    *row_bytes = quant_row_size(qt->vec_dot_type, cols);
+    char *buf = grow(&c->scratch, &c->scratch_cap, *row_bytes * (size_t)n);
+    struct quant_job qj = {quant_from_float(qt->vec_dot_type), x, buf, cols, *row_bytes, n};
+    if (n > 1)
+        threadpool_run(c->tp, quant_worker, &qj);
+    else
+        quant_worker(&qj, 0, 1);
+    return buf;
+}
+
 static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y,
                        int n) {
     struct cpu *c = cpu_of(be);
     const struct quant_traits *qt = quant_get(w->type);
     struct mm_job j = {.w = w, .dot = qt->vec_dot, .y = y, .n = n};
-    if (qt->vec_dot_type == GGML_TYPE_F32) {
-        j.act = (const char *)x;
-        j.act_bytes = sizeof(float) * (size_t)w->cols;
-    } else {
-        const struct quant_traits *at = quant_get(qt->vec_dot_type);
-        j.act_bytes = quant_row_size(qt->vec_dot_type, w->cols);
-        char *buf = grow(&c->scratch, &c->scratch_cap, j.act_bytes * (size_t)n);
-        struct quant_job qj = {at->quantize_row, x, buf, w->cols, j.act_bytes, n};
-        if (n > 1)
-            threadpool_run(c->tp, quant_worker, &qj);
-        else
-            quant_worker(&qj, 0, 1);
-        j.act = buf;
-    }
+    j.act = activations(c, qt, x, n, w->cols, &j.act_bytes);
     atomic_init(&j.next, 0);
     threadpool_run(c->tp, mm_worker, &j);
+}
+
+// --- expert products ---------------------------------------------------------------
+// One expert at a time: the (token, slot) pairs routed to it share one pass
+// over its rows, threads claiming chunks of rows as in cpu_matmul.
+
+struct mmid_job {
+    const struct weight *w;
+    quant_vec_dot_fn dot;
+    const char *rows;      // the expert's first row
+    const char *act;       // activation rows of act_bytes
+    size_t act_bytes;
+    const int *pair_act;   // [n_pairs] activation row of each pair
+    float *const *pair_y;  // [n_pairs] output row (w->rows) of each pair
+    int n_pairs;
+    atomic_long next;
+};
+
+static void mmid_worker(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    struct mmid_job *j = arg;
+    const struct weight *w = j->w;
+    for (;;) {
+        long r0 = atomic_fetch_add(&j->next, ROW_CHUNK);
+        if (r0 >= w->rows) break;
+        long r1 = r0 + ROW_CHUNK < w->rows ? r0 + ROW_CHUNK : w->rows;
+        for (int p = 0; p < j->n_pairs; p++) {
+            const void *a = j->act + (size_t)j->pair_act[p] * j->act_bytes;
+            for (long r = r0; r < r1; r++)
+                j->pair_y[p][r] = j->dot(w->cols, j->rows + (size_t)r * w->row_bytes, a);
+        }
+    }
+}
+
+static void cpu_matmul_id(struct backend *be, const struct weight *w, const float *x, int x_slots,
+                          const int32_t *ids, int k, float *y, int n) {
+    struct cpu *c = cpu_of(be);
+    const struct quant_traits *qt = quant_get(w->type);
+    const int n_act = n * x_slots;
+    struct mmid_job j = {.w = w, .dot = qt->vec_dot};
+    j.act = activations(c, qt, x, n_act, w->cols, &j.act_bytes);
+    const size_t n_pairs = (size_t)n * k;
+    int *pair_act = st_xmalloc(sizeof(int) * n_pairs);
+    float **pair_y = st_xmalloc(sizeof(float *) * n_pairs);
+    const size_t expert_bytes = (size_t)w->rows * w->row_bytes;
+    for (int e = 0; e < w->n_expert; e++) {
+        int np = 0;
+        for (int t = 0; t < n; t++)
+            for (int sl = 0; sl < k; sl++)
+                if (ids[(size_t)t * k + sl] == e) {
+                    pair_act[np] = t * x_slots + (x_slots > 1 ? sl : 0);
+                    pair_y[np] = y + ((size_t)t * k + sl) * w->rows;
+                    np++;
+                }
+        if (!np) continue;
+        j.rows = (const char *)w->data + (size_t)e * expert_bytes;
+        j.pair_act = pair_act;
+        j.pair_y = pair_y;
+        j.n_pairs = np;
+        atomic_init(&j.next, 0);
+        threadpool_run(c->tp, mmid_worker, &j);
+    }
+    free(pair_act);
+    free(pair_y);
 }
 
 // --- attention -------------------------------------------------------------------
@@ -146,6 +218,7 @@ struct att_job {
     const float *q, *k_cache, *v_cache;
     float *out;
     int n, pos0, n_head, n_head_kv, head_dim;
+    struct attn_params ap;
 };
 
 static void att_worker(void *arg, int ith, int nth) {
@@ -153,24 +226,27 @@ static void att_worker(void *arg, int ith, int nth) {
     float *s = j->c->att_scratch + (size_t)ith * j->c->scores_cap;
     const int group = j->n_head / j->n_head_kv;
     const int kv_dim = j->n_head_kv * j->head_dim;
-    const float scale = 1.0f / sqrtf((float)j->head_dim);
+    const float scale = j->ap.scale, cap = j->ap.softcap;
     for (int task = ith; task < j->n * j->n_head; task += nth) {
         const int t = task / j->n_head, h = task % j->n_head;
-        const int n_kv = j->pos0 + t + 1;
+        const int p = j->pos0 + t;
+        const int p0 = j->ap.window > 0 && p - j->ap.window + 1 > 0 ? p - j->ap.window + 1 : 0;
         const float *qh = j->q + (size_t)task * j->head_dim;
         const size_t off = (size_t)(h / group) * j->head_dim;
         float mx = -INFINITY;
-        for (int p = 0; p < n_kv; p++) {
-            s[p] = dot_f32(qh, j->k_cache + (size_t)p * kv_dim + off, j->head_dim) * scale;
-            if (s[p] > mx) mx = s[p];
+        for (int k = p0; k <= p; k++) {
+            float v = dot_f32(qh, j->k_cache + (size_t)k * kv_dim + off, j->head_dim) * scale;
+            if (cap > 0) v = cap * tanhf(v / cap);
+            s[k] = v;
+            if (v > mx) mx = v;
         }
         float sum = 0;
-        for (int p = 0; p < n_kv; p++) sum += s[p] = expf(s[p] - mx);
+        for (int k = p0; k <= p; k++) sum += s[k] = expf(s[k] - mx);
         float *oh = j->out + (size_t)task * j->head_dim;
         memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
-        for (int p = 0; p < n_kv; p++) {
-            const float *vp = j->v_cache + (size_t)p * kv_dim + off;
-            const float wgt = s[p];
+        for (int k = p0; k <= p; k++) {
+            const float *vp = j->v_cache + (size_t)k * kv_dim + off;
+            const float wgt = s[k];
             for (int d = 0; d < j->head_dim; d++) oh[d] += wgt * vp[d];
         }
         const float inv = 1.0f / sum;
@@ -180,7 +256,7 @@ static void att_worker(void *arg, int ith, int nth) {
 
 static void cpu_attention(struct backend *be, const float *q, const float *k_cache,
                           const float *v_cache, float *out, int n, int pos0, int n_head,
-                          int n_head_kv, int head_dim) {
+                          int n_head_kv, int head_dim, const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
     const size_t need = (size_t)(pos0 + n);
     if (need > c->scores_cap) {
@@ -188,7 +264,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
         c->scores_cap = need;
         c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)threadpool_size(c->tp));
     }
-    struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim};
+    struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim, *ap};
     threadpool_run(c->tp, att_worker, &j);
 }
 
@@ -221,9 +297,10 @@ static void rope_table(struct cpu *c, int pos0, int n, const struct rope_params 
     }
     for (int t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
-            const double theta = cpu_rope_theta(pos0 + t, i, rp);
-            c->rope_cos[t * half + i] = (float)cos(theta);
-            c->rope_sin[t * half + i] = (float)sin(theta);
+            double cs, sn;
+            rope_cos_sin(pos0 + t, i, rp, &cs, &sn);
+            c->rope_cos[t * half + i] = (float)cs;
+            c->rope_sin[t * half + i] = (float)sn;
         }
     c->rope_pos0 = pos0;
     c->rope_n = n;
@@ -241,7 +318,7 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
             float *xh = x + ((size_t)t * n_head + h) * head_dim;
             for (int i = 0; i < half; i++) {
                 int a, b;
-                cpu_rope_pair(rp, i, &a, &b);
+                rope_pair(rp, i, &a, &b);
                 const float x0 = xh[a], x1 = xh[b];
                 xh[a] = x0 * cs[i] - x1 * sn[i];
                 xh[b] = x0 * sn[i] + x1 * cs[i];
@@ -251,10 +328,6 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
 }
 
 
-static void cpu_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
-    (void)be;
-    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
 
 
 
@@ -297,7 +370,13 @@ struct backend *backend_cpu_init(int n_threads) {
     be->rope = cpu_rope;
     be->kv_store = cpu_kv_store;
     be->attention = cpu_attention;
-    be->swiglu = cpu_swiglu;
+    be->glu = cpu_glu;
+    be->add_bias = cpu_add_bias;
+    be->scale = cpu_scale;
+    be->softcap = cpu_softcap;
+    be->moe_route = cpu_moe_route;
+    be->matmul_id = cpu_matmul_id;
+    be->moe_combine = cpu_moe_combine;
     be->add = cpu_add;
     be->sync = cpu_sync;
     return be;

@@ -8,23 +8,6 @@
 #include "cpu/cpu_ops.h"
 #include "util.h"
 
-double cpu_rope_theta(int pos, int i, const struct rope_params *rp) {
-    double theta = (double)pos * rp->freq_scale * pow((double)rp->base, -2.0 * i / rp->n_dims);
-    return rp->freq_factors ? theta / rp->freq_factors[i] : theta;
-}
-
-void cpu_rope_head(float *x, int pos, const struct rope_params *rp) {
-    for (int i = 0; i < rp->n_dims / 2; i++) {
-        const double theta = cpu_rope_theta(pos, i, rp);
-        const double c = cos(theta), s = sin(theta);
-        int a, b;
-        cpu_rope_pair(rp, i, &a, &b);
-        const double x0 = x[a], x1 = x[b];
-        x[a] = (float)(x0 * c - x1 * s);
-        x[b] = (float)(x0 * s + x1 * c);
-    }
-}
-
 void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
                   float *out) {
     (void)be;

@@ -5,21 +5,8 @@
 #include "backend.h"
 #include "model/model.h"
 
-// Angle of rotary pair i at position pos, in double:
-// pos · freq_scale · base^(-2i/n_dims) / freq_factors[i].
-double cpu_rope_theta(int pos, int i, const struct rope_params *rp);
-
-// The elements rotary pair i turns: NORM (2i, 2i+1), NEOX (i, i + n_dims/2).
-static inline void cpu_rope_pair(const struct rope_params *rp, int i, int *a, int *b) {
-    *a = rp->kind == ROPE_KIND_NORM ? 2 * i : i;
-    *b = rp->kind == ROPE_KIND_NORM ? 2 * i + 1 : i + rp->n_dims / 2;
-}
-
-// Rotates one head x (head_dim) in place for position pos, angles in double;
-// dimensions past n_dims are left as they are.
-void cpu_rope_head(float *x, int pos, const struct rope_params *rp);
-
-// Ops identical in both CPU backends (see backend.h for their contracts).
+// The fast backend's ops outside backend_cpu.c (backend.h has their contracts):
+// cpu_common.c holds memory and copies, fast_ops.c the element-wise and routing ops.
 void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
                   float *out);
 void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
@@ -33,5 +20,15 @@ int cpu_sync(struct backend *be);
 int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
                      uint64_t scratch_bytes, int n_ctx);
 void cpu_add(struct backend *be, float *x, const float *y, int64_t n);
+
+void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
+             int n, int dim, int stride);
+void cpu_add_bias(struct backend *be, const struct weight *b, float *x, int n, int dim);
+void cpu_scale(struct backend *be, float *x, int64_t n, float s);
+void cpu_softcap(struct backend *be, float *x, int64_t n, float cap);
+void cpu_moe_route(struct backend *be, const float *logits, int n, const struct moe_params *mp,
+                   int32_t *ids, float *weights);
+void cpu_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k,
+                     int dim, float *out);
 
 #endif

@@ -262,6 +262,36 @@ void quant_quantize_row_q8_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+// ggml's CPU activation form: amax over the block, id = 127/amax (not
+// 1/(amax/127)), x·id rounded half to even; the scale d = amax/127 as stored.
+static float q8_runtime_block(const float *x, int8_t *q, int n, int *sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int s = 0;
+    for (int j = 0; j < n; j++) s += q[j] = (int8_t)nearbyintf(x[j] * id); // default mode: ties to even
+    *sum = s;
+    return amax / 127.0f;
+}
+
+void quant_from_float_q8_0(const float *src, void *dst, int64_t n) {
+    struct block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, src += QK8_0) {
+        int sum;
+        b[i].d = st_f32_to_fp16(q8_runtime_block(src, b[i].qs, QK8_0, &sum));
+    }
+}
+
+void quant_from_float_q8_1(const float *src, void *dst, int64_t n) {
+    struct block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++, src += QK8_1) {
+        int sum;
+        const float d = q8_runtime_block(src, b[i].qs, QK8_1, &sum);
+        b[i].d = st_f32_to_fp16(d);
+        b[i].s = st_f32_to_fp16(d * (float)sum);
+    }
+}
+
 void quant_dequantize_row_q8_1(const void *src, float *dst, int64_t n) {
     const struct block_q8_1 *b = src;
     for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) {
@@ -423,12 +453,12 @@ void quant_quantize_row_iq4_nl(const float *src, void *dst, int64_t n) {
 
 #define FLOAT_TYPE(T, NAME, SIZE, lower)                                                           \
     [T] = {NAME, 1, SIZE, true, quant_dequantize_row_##lower, quant_quantize_row_##lower,        \
-           GGML_TYPE_F32, quant_vec_dot_##lower##_f32, quant_vec_dot_##lower##_f32_scalar}
+           GGML_TYPE_F32, quant_vec_dot_##lower##_f32, quant_vec_dot_##lower##_f32_scalar, NULL}
 #define WEIGHT_TYPE(T, NAME, BLOCK, SIZE, lower, QUANT, VT, vt)                                    \
     [T] = {NAME, BLOCK, SIZE, true, quant_dequantize_row_##lower, QUANT, VT,                       \
-           quant_vec_dot_##lower##_##vt, quant_vec_dot_##lower##_##vt##_scalar}
+           quant_vec_dot_##lower##_##vt, quant_vec_dot_##lower##_##vt##_scalar, NULL}
 // A type Strata only knows the size of; its vec_dot_type is itself (no dot product).
-#define KNOWN_TYPE(T, NAME, BLOCK, SIZE) [T] = {NAME, BLOCK, SIZE, false, NULL, NULL, T, NULL, NULL}
+#define KNOWN_TYPE(T, NAME, BLOCK, SIZE) [T] = {NAME, BLOCK, SIZE, false, NULL, NULL, T, NULL, NULL, NULL}
 
 static const struct quant_traits quant_table[GGML_TYPE_COUNT] = {
     FLOAT_TYPE(GGML_TYPE_F32, "F32", 4, f32),
@@ -438,16 +468,18 @@ static const struct quant_traits quant_table[GGML_TYPE_COUNT] = {
     WEIGHT_TYPE(GGML_TYPE_Q4_1, "Q4_1", 32, 20, q4_1, quant_quantize_row_q4_1, GGML_TYPE_Q8_1, q8_1),
     WEIGHT_TYPE(GGML_TYPE_Q5_0, "Q5_0", 32, 22, q5_0, quant_quantize_row_q5_0, GGML_TYPE_Q8_0, q8_0),
     WEIGHT_TYPE(GGML_TYPE_Q5_1, "Q5_1", 32, 24, q5_1, quant_quantize_row_q5_1, GGML_TYPE_Q8_1, q8_1),
-    WEIGHT_TYPE(GGML_TYPE_Q8_0, "Q8_0", 32, 34, q8_0, quant_quantize_row_q8_0, GGML_TYPE_Q8_0, q8_0),
+    [GGML_TYPE_Q8_0] = {"Q8_0", 32, 34, true, quant_dequantize_row_q8_0, quant_quantize_row_q8_0,
+                        GGML_TYPE_Q8_0, quant_vec_dot_q8_0_q8_0, quant_vec_dot_q8_0_q8_0_scalar,
+                        quant_from_float_q8_0},
     [GGML_TYPE_Q8_1] = {"Q8_1", 32, 36, true, quant_dequantize_row_q8_1, quant_quantize_row_q8_1,
-                        GGML_TYPE_Q8_1, NULL, NULL},
+                        GGML_TYPE_Q8_1, NULL, NULL, quant_from_float_q8_1},
     WEIGHT_TYPE(GGML_TYPE_Q2_K, "Q2_K", 256, 84, q2_K, NULL, GGML_TYPE_Q8_K, q8_K),
     WEIGHT_TYPE(GGML_TYPE_Q3_K, "Q3_K", 256, 110, q3_K, NULL, GGML_TYPE_Q8_K, q8_K),
     WEIGHT_TYPE(GGML_TYPE_Q4_K, "Q4_K", 256, 144, q4_K, NULL, GGML_TYPE_Q8_K, q8_K),
     WEIGHT_TYPE(GGML_TYPE_Q5_K, "Q5_K", 256, 176, q5_K, NULL, GGML_TYPE_Q8_K, q8_K),
     WEIGHT_TYPE(GGML_TYPE_Q6_K, "Q6_K", 256, 210, q6_K, NULL, GGML_TYPE_Q8_K, q8_K),
     [GGML_TYPE_Q8_K] = {"Q8_K", 256, 292, true, quant_dequantize_row_q8_K, quant_quantize_row_q8_K,
-                        GGML_TYPE_Q8_K, NULL, NULL},
+                        GGML_TYPE_Q8_K, NULL, NULL, NULL},
     KNOWN_TYPE(GGML_TYPE_IQ2_XXS, "IQ2_XXS", 256, 66),
     KNOWN_TYPE(GGML_TYPE_IQ2_XS, "IQ2_XS", 256, 74),
     KNOWN_TYPE(GGML_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98),
@@ -472,6 +504,12 @@ static const struct quant_traits quant_table[GGML_TYPE_COUNT] = {
 const struct quant_traits *quant_get(enum ggml_type t) {
     if ((int)t < 0 || (int)t >= GGML_TYPE_COUNT || !quant_table[t].name) return NULL;
     return &quant_table[t];
+}
+
+quant_quantize_fn quant_from_float(enum ggml_type t) {
+    const struct quant_traits *qt = quant_get(t);
+    if (!qt) return NULL;
+    return qt->from_float ? qt->from_float : qt->quantize_row;
 }
 
 const char *quant_name(enum ggml_type t) {

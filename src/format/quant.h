@@ -69,10 +69,20 @@ struct quant_traits {
     enum ggml_type vec_dot_type;       // activation type of vec_dot (meaningful only where vec_dot exists)
     quant_vec_dot_fn vec_dot;          // fast path (SIMD where built); NULL if unsupported
     quant_vec_dot_fn vec_dot_scalar;   // the same function in plain C, the fast path's twin
+    // The activation quantizer of matrix products at run time, where it differs
+    // from quantize_row (NULL: quantize_row): ggml's CPU form for Q8_0 and Q8_1
+    // multiplies by 127/amax and rounds half to even, where the reference form
+    // divides by amax/127 and rounds half away from zero. quantize_row stays
+    // the reference (bytes equal to the gguf package's); products use this one
+    // so that they see the same 8-bit activations as llama.cpp's CPU backend.
+    quant_quantize_fn from_float;
 };
 
 // The traits of type t, or NULL when t is not a type the format defines.
 const struct quant_traits *quant_get(enum ggml_type t);
+// The activation quantizer for rows of vec_dot_type t (from_float, else
+// quantize_row), or NULL when t has none.
+quant_quantize_fn quant_from_float(enum ggml_type t);
 // Name of t ("Q4_K"), or "unknown" when t is not a defined type.
 const char *quant_name(enum ggml_type t);
 // Bytes taken by a row of n elements of type t; 0 if n is not a multiple of the

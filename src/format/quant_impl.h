@@ -207,6 +207,9 @@ void quant_quantize_row_q5_0(const float *src, void *dst, int64_t n);
 void quant_quantize_row_q5_1(const float *src, void *dst, int64_t n);
 void quant_quantize_row_q8_0(const float *src, void *dst, int64_t n);
 void quant_quantize_row_q8_1(const float *src, void *dst, int64_t n);
+// The run-time activation forms (quant.h: quant_traits.from_float).
+void quant_from_float_q8_0(const float *src, void *dst, int64_t n);
+void quant_from_float_q8_1(const float *src, void *dst, int64_t n);
 void quant_quantize_row_iq4_nl(const float *src, void *dst, int64_t n);
 // quant_k.c
 void quant_dequantize_row_q2_K(const void *src, float *dst, int64_t n);

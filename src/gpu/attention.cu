@@ -1,4 +1,6 @@
-// attention.cu: causal grouped-query attention, one query row per block.
+// attention.cu: causal grouped-query attention, one query row per block, with
+// a score scale, optional soft-capping of the scores and an optional sliding
+// window.
 //
 // A block takes one (head, token, key range): its warps take every 4th key,
 // each warp keeping a running max, sum and weighted value sum (online
@@ -16,15 +18,17 @@
 template <int MAXD>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, int pos0,
-                int n_head, int group, int hd, int kv_dim, int chunk, int n_split) {
+                int n_head, int group, int hd, int kv_dim, int chunk, int n_split, float scale,
+                float softcap, int window) {
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     const int warp = threadIdx.x / ST_WARP_SIZE, lane = threadIdx.x % ST_WARP_SIZE;
     const int kvh = h / group;
     const int n_kv = pos0 + t + 1;
-    const int j0 = sp * chunk, j1 = min(j0 + chunk, n_kv);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const int lo = window > 0 ? max(0, n_kv - window) : 0; // the first key in the window
+    const int j0 = max(sp * chunk, lo), j1 = min(sp * chunk + chunk, n_kv);
+    const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
     const float *qh = q + ((int64_t)t * n_head + h) * hd;
     float qv[NV], o[NV];
 #pragma unroll
@@ -44,6 +48,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             if (d < hd) s += qv[i] * kr[d];
         }
         s = st_warp_sum_f32(s, ST_WARP_SIZE);
+        if (softcap > 0) s = softcap * tanhf(s * inv_cap);
         const float mn = fmaxf(m, s);
         const float corr = expf(m - mn), p = expf(s - mn);
         l = l * corr + p;
@@ -118,11 +123,12 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split) {
 template <int MAXD>
 static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part,
                         int n, int pos0, int n_head, int n_head_kv, int hd, int n_split,
-                        gpuStream_t s) {
+                        const struct attn_params &ap, gpuStream_t s) {
     const int chunk = (int)gpu_cdiv(pos0 + n, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
     attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(
-        q, k, v, out, part, pos0, n_head, n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split);
+        q, k, v, out, part, pos0, n_head, n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split,
+        ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
         attn_merge_kernel<<<dim3((unsigned)n_head, (unsigned)n), 128, 0, s>>>(part, out, n_head, hd,
@@ -132,13 +138,14 @@ static void attn_launch(const float *q, const float *k, const float *v, float *o
 }
 
 int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n,
-                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split, gpuStream_t s) {
+                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split,
+                  const struct attn_params &ap, gpuStream_t s) {
     if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 ||
         n_head % n_head_kv != 0 || n_split < 1)
         return -1;
-    if (head_dim <= 32) attn_launch<32>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, s);
-    else if (head_dim <= 64) attn_launch<64>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, s);
-    else if (head_dim <= 128) attn_launch<128>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, s);
-    else attn_launch<256>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, s);
+    if (head_dim <= 32) attn_launch<32>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else if (head_dim <= 64) attn_launch<64>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else if (head_dim <= 128) attn_launch<128>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else attn_launch<256>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
     return 0;
 }

@@ -13,12 +13,14 @@ int gpu_attention_splits(int n, int pos0, int n_head, int n_sm);
 // Scratch floats gpu_attention needs with n_split splits (0 when 1).
 size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split);
 
-// out (n, n_head, head_dim): token i (position pos0 + i) attends to cache rows
-// 0 .. pos0 + i of k/v (n_ctx, n_head_kv, head_dim), scale 1/sqrt(head_dim),
-// softmax in float with a running maximum. part: gpu_attention_scratch floats.
-// Returns 0 once enqueued, -1 for a head_dim over the limit or heads that do
-// not group (n_head % n_head_kv).
+// out (n, n_head, head_dim): token i (position p = pos0 + i) attends to cache
+// rows 0 .. p of k/v (n_ctx, n_head_kv, head_dim), only p-window+1 .. p with a
+// window; scores ap.scale·q·k, soft-capped when ap.softcap > 0; softmax in
+// float with a running maximum. part: gpu_attention_scratch floats. Returns 0
+// once enqueued, -1 for a head_dim over the limit or heads that do not group
+// (n_head % n_head_kv).
 int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n,
-                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split, gpuStream_t s);
+                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split,
+                  const struct attn_params &ap, gpuStream_t s);
 
 #endif

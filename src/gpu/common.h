@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "format/quant.h"
+#include "model/model.h" // the op parameters: enum glu_act, struct rope_params, ...
 }
 
 // Threads per block of most kernels: a multiple of every warp size (32, 64).

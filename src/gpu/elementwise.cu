@@ -1,13 +1,25 @@
-// elementwise.cu: SiLU·mul and add, one thread per element, grid-strided.
+// elementwise.cu: the element-wise ops, one thread per element, grid-strided:
+// gated activations (SiLU or GELU's tanh form, over rows with a stride),
+// add, scale, soft-cap and a per-row bias. Checked against the reference by
+// tests/test_ops.c.
 #include <math.h>
 
 #include "elementwise.h"
 
-__global__ void __launch_bounds__(GPU_BLOCK) swiglu_kernel(float *g, const float *u, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
+static __device__ __forceinline__ float act_silu(float v) { return v / (1.0f + expf(-v)); }
+
+static __device__ __forceinline__ float act_gelu(float v) {
+    return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+template <int ACT>
+__global__ void __launch_bounds__(GPU_BLOCK) glu_kernel(const float *g, const float *u, float *out,
+                                                        int64_t total, int dim, int stride) {
+    for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK) {
-        const float v = g[i];
-        g[i] = v / (1.0f + expf(-v)) * u[i];
+        const int64_t r = i / dim, c = i % dim, src = r * stride + c;
+        const float v = g[src];
+        out[i] = (ACT == GLU_SILU ? act_silu(v) : act_gelu(v)) * u[src];
     }
 }
 
@@ -17,19 +29,61 @@ __global__ void __launch_bounds__(GPU_BLOCK) add_kernel(float *x, const float *y
         x[i] += y[i];
 }
 
+__global__ void __launch_bounds__(GPU_BLOCK) scale_kernel(float *x, int64_t n, float s) {
+    for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * GPU_BLOCK)
+        x[i] *= s;
+}
+
+__global__ void __launch_bounds__(GPU_BLOCK) softcap_kernel(float *x, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * GPU_BLOCK)
+        x[i] = cap * tanhf(x[i] * inv);
+}
+
+__global__ void __launch_bounds__(GPU_BLOCK) add_bias_kernel(float *x, const float *b, int64_t total,
+                                                             int dim) {
+    for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * GPU_BLOCK)
+        x[i] += b[i % dim];
+}
+
 static unsigned ew_grid(int64_t n) {
     const int64_t g = gpu_cdiv(n, GPU_BLOCK);
     return (unsigned)(g < 65536 ? g : 65536);
 }
 
-void gpu_swiglu(float *gate, const float *up, int64_t n, gpuStream_t s) {
-    if (n <= 0) return;
-    swiglu_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(gate, up, n);
+void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride,
+             gpuStream_t s) {
+    const int64_t total = (int64_t)n * dim;
+    if (total <= 0) return;
+    if (act == GLU_SILU) glu_kernel<GLU_SILU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
+    else glu_kernel<GLU_GELU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
     GPU_CHECK_LAUNCH();
 }
 
 void gpu_add(float *x, const float *y, int64_t n, gpuStream_t s) {
     if (n <= 0) return;
     add_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, y, n);
+    GPU_CHECK_LAUNCH();
+}
+
+void gpu_scale(float *x, int64_t n, float v, gpuStream_t s) {
+    if (n <= 0) return;
+    scale_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, n, v);
+    GPU_CHECK_LAUNCH();
+}
+
+void gpu_softcap(float *x, int64_t n, float cap, gpuStream_t s) {
+    if (n <= 0) return;
+    softcap_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, n, cap);
+    GPU_CHECK_LAUNCH();
+}
+
+void gpu_add_bias(float *x, const float *b, int n, int dim, gpuStream_t s) {
+    const int64_t total = (int64_t)n * dim;
+    if (total <= 0) return;
+    add_bias_kernel<<<ew_grid(total), GPU_BLOCK, 0, s>>>(x, b, total, dim);
     GPU_CHECK_LAUNCH();
 }

@@ -173,6 +173,45 @@ static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr,
     return 0;
 }
 
+// The expert products of matmul_id with float weights: one matrix × vector per
+// (token, slot) pair (blockIdx.y), ID_TPR threads per row.
+#define ID_TPR 32 // compat-ok: threads per row, not a warp size
+template <int WT>
+__global__ void __launch_bounds__(GPU_BLOCK)
+    gemv_id_kernel(gpu_mat w, const float *x, float *y, const int32_t *ids, int k, int x_slots,
+                   int64_t rows, int n_exp) {
+    using F = gpu_wf<WT>;
+    const int pair = blockIdx.y, t = pair / k, slot = pair % k;
+    const int e = ids[pair];
+    const int lane = threadIdx.x % ID_TPR;
+    const int64_t r = (int64_t)blockIdx.x * (GPU_BLOCK / ID_TPR) + threadIdx.x / ID_TPR;
+    const bool live = r < rows;
+    const float *xr = x + ((int64_t)t * x_slots + (x_slots > 1 ? slot : 0)) * w.cols;
+    float acc[1] = {0.0f};
+    if (live && e >= 0 && e < n_exp) {
+        const uint8_t *wr = w.bulk + ((int64_t)e * rows + r) * w.cols * F::ES;
+        for (int64_t c = lane; c < w.cols; c += ID_TPR) acc[0] += F::one(wr, c) * xr[c];
+    } else if (live) {
+        acc[0] = NAN;
+    }
+    gpu_rows_sum_store<ID_TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows);
+}
+
+int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t *ids, int n, int k,
+                      int x_slots, int n_exp, gpuStream_t s) {
+    const int64_t rows = w.rows / n_exp;
+    if (n < 1 || k < 1 || n_exp < 1 || w.rows % n_exp) return -1;
+    const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / ID_TPR), (unsigned)(n * k));
+    switch (w.type) {
+    case GGML_TYPE_F32: gemv_id_kernel<GGML_TYPE_F32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
+    case GGML_TYPE_F16: gemv_id_kernel<GGML_TYPE_F16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
+    case GGML_TYPE_BF16: gemv_id_kernel<GGML_TYPE_BF16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
+    default: return -1;
+    }
+    GPU_CHECK_LAUNCH();
+    return 0;
+}
+
 int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s) {
     if (n < 1) return -1;
     switch (w.type) {

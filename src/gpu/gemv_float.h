@@ -10,4 +10,9 @@
 // a type, n or tpr it does not take.
 int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s);
 
+// The expert products of backend.h's matmul_id with float weights (see
+// gpu_mmvq_id for the layout). Returns 0 once enqueued, -1 otherwise.
+int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t *ids, int n, int k,
+                      int x_slots, int n_exp, gpuStream_t s);
+
 #endif

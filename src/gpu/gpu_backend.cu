@@ -22,6 +22,7 @@
 #include "host.h"
 #include "mmq.h"
 #include "mmvq.h"
+#include "moe.h"
 #include "norm.h"
 #include "quantize.h"
 #include "repack.h"
@@ -44,6 +45,16 @@ extern "C" void gpu_record_error(const char *msg) {
 
 // --- state -----------------------------------------------------------------------------
 
+// A RoPE (cos, sin) table on the device: cap positions of rp.n_dims/2 pairs.
+#define GPU_ROPE_SLOTS 4
+struct gpu_rope_slot {
+    float2 *cs;          // NULL: free slot
+    int cap;
+    struct rope_params rp; // what it was built for (factors in ff)
+    float *ff;           // host copy of the frequency factors, or NULL
+    unsigned used;       // last use, for replacement
+};
+
 struct gpu_be {
     struct backend be;
     int device;
@@ -63,12 +74,8 @@ struct gpu_be {
     size_t att_cap;
     float *bench_y;      // gpu_bench_matmul's output
     size_t bench_y_cap;
-    // RoPE (cos, sin) table (rope_cap positions, rope_dims/2 pairs) and the
-    // parameters it was built for
-    float2 *rope_cs;
-    int rope_cap, rope_dims;
-    float rope_base, rope_scale;
-    float *rope_ff;      // host copy of freq_factors, or NULL
+    struct gpu_rope_slot rope[GPU_ROPE_SLOTS]; // RoPE tables by parameters
+    unsigned rope_clock;
     // device copies of prepared weights, keyed by their host data (open addressing)
     const void **wkey;
     void **wval;
@@ -247,14 +254,15 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
         return st_fail("weight %.*s: %lld columns of %s do not make rows of %zu bytes",
                        w->name_len, wname(w), (long long)w->cols, quant_name(w->type),
                        w->row_bytes);
-    const size_t bytes = (size_t)w->rows * w->row_bytes;
+    const int64_t rows = w->rows * (w->n_expert > 0 ? w->n_expert : 1); // experts stacked
+    const size_t bytes = (size_t)rows * w->row_bytes;
     void *dev = gb_alloc(be, bytes);
     if (!dev) return -1;
     if (!quantized) {
         GPU_CHECK(gpuMemcpyAsync(dev, w->data, bytes, gpuMemcpyHostToDevice, g->stream));
     } else {
         // through a staging buffer of whole blocks, stream-ordered
-        const int64_t total = w->rows * (w->cols / l.qk);
+        const int64_t total = rows * (w->cols / l.qk);
         int64_t chunk = (64 << 20) / l.bytes;
         if (chunk > total) chunk = total;
         void *stage = NULL;
@@ -268,7 +276,7 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
             const int64_t nb = total - b0 < chunk ? total - b0 : chunk;
             GPU_CHECK(gpuMemcpyAsync(stage, (const uint8_t *)w->data + (size_t)b0 * l.bytes,
                                      (size_t)nb * l.bytes, gpuMemcpyHostToDevice, g->stream));
-            gpu_repack(w->type, w->rows, w->cols, dev, stage, b0, nb, g->stream);
+            gpu_repack(w->type, rows, w->cols, dev, stage, b0, nb, g->stream);
         }
         GPU_CHECK(gpuStreamSynchronize(g->stream));
         (void)gpuFree(stage);
@@ -351,6 +359,16 @@ static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t col
     return true;
 }
 
+// y[0..n) was just written: the cached 8-bit activations are stale if they
+// were made from memory it overlaps.
+static void written(struct gpu_be *g, const float *y, size_t n) {
+    if (!g->q8_valid) return;
+    const char *ys = (const char *)y, *ye = (const char *)(y + n);
+    const char *xs = (const char *)g->q8_src,
+               *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
+    if (ys < xe && xs < ye) g->q8_valid = false;
+}
+
 // Threads per row for a matrix × vector of w.
 static int matvec_tpr(struct gpu_be *g, const gpu_mat &m) {
     if (g->tpr) return g->tpr;
@@ -375,27 +393,39 @@ static void gb_matmul(struct backend *be, const struct weight *w, const float *x
         op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported",
                 w->name_len, wname(w), quant_name(w->type), (long long)w->rows,
                 (long long)w->cols, n);
-    // y may overwrite what the cached activations were made from
-    if (g->q8_valid) {
-        const char *ys = (const char *)y, *ye = (const char *)(y + (size_t)n * w->rows);
-        const char *xs = (const char *)g->q8_src,
-                   *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
-        if (ys < xe && xs < ye) g->q8_valid = false;
-    }
+    written(g, y, (size_t)n * w->rows);
     take_error(g);
 }
 
+// Whether RoPE tables built for a and b are the same (factors by value).
+static bool rope_same(const struct rope_params *a, const float *a_ff, const struct rope_params *b) {
+    if (a->kind != b->kind || a->n_dims != b->n_dims || a->base != b->base ||
+        a->freq_scale != b->freq_scale || a->ext_factor != b->ext_factor ||
+        a->attn_factor != b->attn_factor || a->beta_fast != b->beta_fast ||
+        a->beta_slow != b->beta_slow || a->n_ctx_orig != b->n_ctx_orig || !a_ff != !b->freq_factors)
+        return false;
+    return !a_ff || !memcmp(a_ff, b->freq_factors, sizeof(float) * (size_t)(a->n_dims / 2));
+}
+
 // The (cos, sin) table for rp covering positions 0 .. pos_end-1, built (on the
-// host, in float64) when the parameters change or more positions are needed.
+// host, in float64) when no slot holds these parameters with enough positions.
+// Several slots: a model may alternate RoPE settings layer by layer (Gemma 3).
 static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, int pos_end) {
     const int half = rp->n_dims / 2;
-    bool same = g->rope_cs && g->rope_dims == rp->n_dims && g->rope_base == rp->base &&
-                g->rope_scale == rp->freq_scale && !g->rope_ff == !rp->freq_factors;
-    if (same && rp->freq_factors)
-        same = !memcmp(g->rope_ff, rp->freq_factors, sizeof(float) * (size_t)half);
-    if (same && pos_end <= g->rope_cap) return g->rope_cs;
-    int cap = same ? 2 * g->rope_cap : 4096;
+    struct gpu_rope_slot *slot = NULL;
+    for (int i = 0; i < GPU_ROPE_SLOTS && !slot; i++)
+        if (g->rope[i].cs && rope_same(&g->rope[i].rp, g->rope[i].ff, rp)) slot = &g->rope[i];
+    if (slot && pos_end <= slot->cap) {
+        slot->used = ++g->rope_clock;
+        return slot->cs;
+    }
+    int cap = slot ? 2 * slot->cap : 4096;
     if (cap < pos_end) cap = pos_end;
+    if (!slot) { // the least recently used slot
+        slot = &g->rope[0];
+        for (int i = 1; i < GPU_ROPE_SLOTS; i++)
+            if (g->rope[i].used < slot->used) slot = &g->rope[i];
+    }
     float2 *host = (float2 *)malloc(sizeof(float2) * (size_t)cap * half);
     float *ff = rp->freq_factors ? (float *)malloc(sizeof(float) * (size_t)half) : NULL;
     if (!host || (rp->freq_factors && !ff)) {
@@ -404,24 +434,27 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
         op_fail(g, "rope: cannot allocate a host table of %d positions", cap);
         return NULL;
     }
-    gpu_rope_table(host, cap, rp->n_dims, rp->base, rp->freq_scale, rp->freq_factors);
+    gpu_rope_table(host, cap, rp);
     if (ff) memcpy(ff, rp->freq_factors, sizeof(float) * (size_t)half);
     GPU_CHECK(gpuStreamSynchronize(g->stream)); // the old table may be in use
-    if (g->rope_cs) (void)gpuFree(g->rope_cs);
-    free(g->rope_ff);
-    g->rope_cs = NULL;
-    g->rope_ff = ff;
-    g->rope_cap = 0;
-    if (!GPU_CHECK(gpuMalloc((void **)&g->rope_cs, sizeof(float2) * (size_t)cap * half)) &&
-        !GPU_CHECK(gpuMemcpy(g->rope_cs, host, sizeof(float2) * (size_t)cap * half,
+    if (slot->cs) (void)gpuFree(slot->cs);
+    free(slot->ff);
+    memset(slot, 0, sizeof *slot);
+    if (!GPU_CHECK(gpuMalloc((void **)&slot->cs, sizeof(float2) * (size_t)cap * half)) &&
+        !GPU_CHECK(gpuMemcpy(slot->cs, host, sizeof(float2) * (size_t)cap * half,
                              gpuMemcpyHostToDevice))) {
-        g->rope_cap = cap;
-        g->rope_dims = rp->n_dims;
-        g->rope_base = rp->base;
-        g->rope_scale = rp->freq_scale;
+        slot->cap = cap;
+        slot->rp = *rp;
+        slot->rp.freq_factors = NULL; // ff holds them
+        slot->ff = ff;
+        slot->used = ++g->rope_clock;
+    } else {
+        if (slot->cs) (void)gpuFree(slot->cs);
+        slot->cs = NULL;
+        free(ff);
     }
     free(host);
-    return g->rope_cap ? g->rope_cs : NULL;
+    return slot->cs;
 }
 
 static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
@@ -453,24 +486,93 @@ static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, cons
 
 static void gb_attention(struct backend *be, const float *q, const float *k_cache,
                          const float *v_cache, float *out, int n, int pos0, int n_head,
-                         int n_head_kv, int head_dim) {
+                         int n_head_kv, int head_dim, const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     const int splits = gpu_attention_splits(n, pos0, n_head, g->n_sm);
     const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
     if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
     if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim,
-                      splits, g->stream))
+                      splits, *ap, g->stream))
         op_fail(g, "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
                 head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
     take_error(g);
 }
 
-static void gb_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
+static void gb_glu(struct backend *be, enum glu_act act, const float *gt, const float *u,
+                   float *out, int n, int dim, int stride) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    gpu_swiglu(gate, up, n, g->stream);
+    gpu_glu(act, gt, u, out, n, dim, stride, g->stream);
+    take_error(g);
+}
+
+static void gb_add_bias(struct backend *be, const struct weight *b, float *x, int n, int dim) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    const void *dev = on_device(g, b, "add_bias");
+    if (!dev) return;
+    if (b->type != GGML_TYPE_F32 || b->cols * b->rows != dim) {
+        op_fail(g, "add_bias: bias %.*s is %s with %lld values, not F32 with %d", b->name_len,
+                wname(b), quant_name(b->type), (long long)(b->cols * b->rows), dim);
+        return;
+    }
+    gpu_add_bias(x, (const float *)dev, n, dim, g->stream);
+    take_error(g);
+}
+
+static void gb_scale(struct backend *be, float *x, int64_t n, float v) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_scale(x, n, v, g->stream);
+    take_error(g);
+}
+
+static void gb_softcap(struct backend *be, float *x, int64_t n, float cap) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_softcap(x, n, cap, g->stream);
+    take_error(g);
+}
+
+static void gb_moe_route(struct backend *be, const float *logits, int n,
+                         const struct moe_params *mp, int32_t *ids, float *weights) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    if (gpu_moe_route(logits, n, *mp, ids, weights, g->stream))
+        op_fail(g, "moe_route: %d experts, %d used: the GPU takes 1 to %d experts, at most all used",
+                mp->n_expert, mp->n_used, GPU_MOE_MAX_EXPERTS);
+    take_error(g);
+}
+
+static void gb_matmul_id(struct backend *be, const struct weight *w, const float *x, int x_slots,
+                         const int32_t *ids, int k, float *y, int n) {
+    struct gpu_be *g = gb(be);
+    const void *dev = on_device(g, w, "matmul_id");
+    if (!dev) return;
+    const gpu_mat m = gpu_mat_of(w->type, w->rows * w->n_expert, w->cols, dev);
+    int rc;
+    if (!m.rest) {
+        rc = gpu_gemv_float_id(m, x, y, ids, n, k, x_slots, w->n_expert, g->stream);
+    } else {
+        gpu_q8 q;
+        if (!quantized_input(g, x, n * x_slots, w->cols, &q)) return; // the error is recorded
+        rc = gpu_mmvq_id(m, q, y, ids, n, k, x_slots, w->n_expert, g->stream);
+    }
+    if (rc)
+        op_fail(g, "matmul_id: expert weight %.*s (%s, %d x %lld x %lld) is not supported",
+                w->name_len, wname(w), quant_name(w->type), w->n_expert, (long long)w->rows,
+                (long long)w->cols);
+    written(g, y, (size_t)n * k * w->rows);
+    take_error(g);
+}
+
+static void gb_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k,
+                           int dim, float *out) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    gpu_moe_combine(y, weights, n, k, dim, out, g->stream);
     take_error(g);
 }
 
@@ -499,10 +601,13 @@ static void gb_free(struct backend *be) {
     (void)gpuStreamSynchronize(g->stream);
     for (int i = 0; i < g->n_bufs; i++) (void)gpuFree(g->bufs[i]);
     free(g->bufs);
-    void *scratch[] = {g->q8, g->att_part, g->bench_y, g->rope_cs};
+    void *scratch[] = {g->q8, g->att_part, g->bench_y};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]) (void)gpuFree(scratch[i]);
-    free(g->rope_ff);
+    for (int i = 0; i < GPU_ROPE_SLOTS; i++) {
+        if (g->rope[i].cs) (void)gpuFree(g->rope[i].cs);
+        free(g->rope[i].ff);
+    }
     free(g->wkey);
     free(g->wval);
     (void)gpuStreamDestroy(g->stream);
@@ -553,7 +658,13 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->rope = gb_rope;
     be->kv_store = gb_kv_store;
     be->attention = gb_attention;
-    be->swiglu = gb_swiglu;
+    be->glu = gb_glu;
+    be->add_bias = gb_add_bias;
+    be->scale = gb_scale;
+    be->softcap = gb_softcap;
+    be->moe_route = gb_moe_route;
+    be->matmul_id = gb_matmul_id;
+    be->moe_combine = gb_moe_combine;
     be->add = gb_add;
     be->sync = gb_sync;
     return be;

@@ -74,6 +74,52 @@ static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr
     return 0;
 }
 
+// The expert products of matmul_id: one matrix × vector per (token, slot)
+// pair (blockIdx.y), with the expert's rows (e·rows .. of the stacked
+// matrix) and the pair's activation row. An expert id out of range gives NaN.
+template <int T, int TPR>
+__global__ void __launch_bounds__(GPU_BLOCK)
+    mmvq_id_kernel(gpu_mat w, gpu_q8 x, float *y, const int32_t *ids, int k, int x_slots,
+                   int64_t rows, int n_exp) {
+    using Q = gpu_qt<T>;
+    const int pair = blockIdx.y, t = pair / k, slot = pair % k;
+    const int e = ids[pair];
+    const int lane = threadIdx.x % TPR;
+    const int64_t r = (int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
+    const bool live = r < rows;
+    const int items = (int)(w.cols / Q::QK * Q::QI);
+    const int64_t xblocks = x.cols / 32;
+    const int64_t a = (int64_t)t * x_slots + (x_slots > 1 ? slot : 0);
+    float acc[1] = {0.0f};
+    if (live && e >= 0 && e < n_exp) {
+        const int64_t row = (int64_t)e * rows + r;
+        for (int it = lane; it < items; it += TPR) {
+            gpu_chunk<Q::R> c;
+            gpu_load_item<Q>(w, row, it, c);
+            acc[0] += gpu_chunk_dot<Q>(c, x.qs + a * x.cols, x.ds + a * xblocks);
+        }
+    } else if (live) {
+        acc[0] = NAN;
+    }
+    gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows);
+}
+
+int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k,
+                int x_slots, int n_exp, gpuStream_t s) {
+    const int64_t rows = w.rows / n_exp;
+    if (n < 1 || k < 1 || n_exp < 1 || w.rows % n_exp || x.cols != w.cols) return -1;
+    const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / 32), (unsigned)(n * k));
+    switch (w.type) {
+#define F(T)                                                                                      \
+    mmvq_id_kernel<T, 32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);      \
+    GPU_CHECK_LAUNCH();                                                                           \
+    return 0
+        GPU_QTYPE_CASES(F)
+#undef F
+    default: return -1;
+    }
+}
+
 int gpu_mmvq_items_per_row(int type, int64_t cols) {
     switch (type) {
 #define F(T) return (int)(cols / gpu_qt<T>::QK * gpu_qt<T>::QI)

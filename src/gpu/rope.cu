@@ -1,20 +1,21 @@
 // rope.cu: rotary position embedding, normal (adjacent pairs) and NeoX (halves),
-// one thread per rotated pair, angles from a float64-built table.
-#include <math.h>
-
+// one thread per rotated pair, (cos, sin) from a table the host builds with
+// the project's one RoPE formula (model/rope.c: scaling, YaRN and magnitude
+// factors included).
 #include "rope.h"
 
-void gpu_rope_table(float2 *cs, int n_pos, int n_dims, float base, float freq_scale,
-                    const float *freq_factors) {
-    const int half = n_dims / 2;
-    for (int i = 0; i < half; i++) {
-        double f = (double)freq_scale * pow((double)base, -2.0 * i / n_dims);
-        if (freq_factors) f /= freq_factors[i];
-        for (int p = 0; p < n_pos; p++) {
-            const double th = (double)p * f;
-            cs[(size_t)p * half + i] = make_float2((float)cos(th), (float)sin(th));
+extern "C" {
+#include "model/rope.h"
+}
+
+void gpu_rope_table(float2 *cs, int n_pos, const struct rope_params *rp) {
+    const int half = rp->n_dims / 2;
+    for (int p = 0; p < n_pos; p++)
+        for (int i = 0; i < half; i++) {
+            double c, sn;
+            rope_cos_sin(p, i, rp, &c, &sn);
+            cs[(size_t)p * half + i] = make_float2((float)c, (float)sn);
         }
-    }
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK) rope_kernel(float *x, const float2 *cs, int n_head,

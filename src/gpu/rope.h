@@ -4,11 +4,10 @@
 
 #include "common.h"
 
-// Fills cs (n_pos, n_dims/2) with (cos θ, sin θ) for positions 0 .. n_pos-1,
-// θ = pos · freq_scale · base^(-2i/n_dims) / freq_factors[i] computed in
-// float64 on the host and rounded once (freq_factors may be NULL).
-void gpu_rope_table(float2 *cs, int n_pos, int n_dims, float base, float freq_scale,
-                    const float *freq_factors);
+// Fills cs (n_pos, rp->n_dims/2) with (cos θ, sin θ) for positions 0 ..
+// n_pos-1 (magnitude factors included), computed in float64 on the host by
+// model/rope.c and rounded once.
+void gpu_rope_table(float2 *cs, int n_pos, const struct rope_params *rp);
 
 // Rotates x (n, n_head, head_dim) in place for positions pos0 .. pos0+n-1 with
 // the table cs of gpu_rope_table (covering those positions): pairs (2i, 2i+1)

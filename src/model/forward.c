@@ -1,4 +1,19 @@
-// forward.c: the llama forward pass over the backend interface.
+// forward.c: the forward pass over the backend interface, one readable pass
+// over the flags of the model's architecture (model/arch.h):
+//
+//   x = embed(tokens) [· sqrt(n_embd)]
+//   per layer:
+//     h = rms_norm(x)
+//     q, k, v = h·Wq [+bq], h·Wk [+bk], h·Wv [+bv]   (views of attn_qkv when fused)
+//     [q, k = per-head rms_norm(q), rms_norm(k)]
+//     q, k = rope(q), rope(k)                        (the layer's RoPE: global or sliding)
+//     o = attention(q, cache) ·Wo [+bo]              (scale, soft-cap, window)
+//     x += [rms_norm](o)                             (post-attention norm)
+//     h = rms_norm(x)
+//     f = dense:   (act(h·Wgate) · h·Wup) ·Wdown
+//         experts: Σ_top-k w_e · expert_e(h) [+ shared expert, sigmoid-gated]
+//     x += [rms_norm](f)                             (post-feed-forward norm)
+//   logits = rms_norm(x) ·Wout [+bout] [soft-capped]
 #include "model/forward.h"
 
 #include <math.h>
@@ -8,46 +23,40 @@
 
 #include "util.h"
 
-static int prepare_weights(struct model *m, struct backend *be) {
-    struct weight *ws[] = {&m->tok_embd, &m->output_norm, &m->output};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-        if (i == 2 && m->tied_output) continue;
-        if (be->prepare_weight(be, ws[i])) return -1;
-    }
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        struct layer_weights *L = &m->layers[l];
-        struct weight *lw[] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,    &L->wo,
-                               &L->ffn_norm,  &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++)
-            if (be->prepare_weight(be, lw[i])) return -1;
-    }
-    return 0;
+static int prepare_one(void *be, const struct weight *w) {
+    struct backend *b = be;
+    return b->prepare_weight(b, w);
 }
 
-static void *balloc(struct context *c, size_t bytes, int *failed) {
-    if (*failed) return NULL;
-    void *p = c->be->alloc(c->be, bytes);
-    if (!p) *failed = 1;
-    return p;
-}
-
-// The scratch buffers of a context, in the order of the fields of struct
-// context from `tokens` on; context_init allocates exactly these sizes and
-// context_scratch_bytes adds them up, so the memory plan and the allocation
-// cannot disagree.
-enum { SCRATCH_TOKENS, SCRATCH_X, SCRATCH_XB, SCRATCH_Q, SCRATCH_K, SCRATCH_V, SCRATCH_ATT,
-       SCRATCH_HB, SCRATCH_HB2, SCRATCH_LOGITS, N_SCRATCH };
+// The scratch buffers of a context, in bytes each; context_init allocates
+// exactly these and context_scratch_bytes adds them up, so the memory plan and
+// the allocation cannot disagree.
+enum { SCRATCH_TOKENS, SCRATCH_X, SCRATCH_XB, SCRATCH_XB2, SCRATCH_Q, SCRATCH_K, SCRATCH_V,
+       SCRATCH_ATT, SCRATCH_HB, SCRATCH_HB2, SCRATCH_MOE_LOGITS, SCRATCH_MOE_IDS, SCRATCH_MOE_W,
+       SCRATCH_MOE_Y, SCRATCH_LOGITS, N_SCRATCH };
 
 static void scratch_sizes(const struct model *m, int n_batch, size_t sz[N_SCRATCH]) {
     const struct model_hparams *hp = &m->hp;
     const size_t nb = (size_t)n_batch, f = sizeof(float);
     const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t k = (size_t)hp->n_expert_used;
+    size_t hidden = (size_t)hp->n_ff;
+    if (k * (size_t)hp->n_ff_exp > hidden) hidden = k * (size_t)hp->n_ff_exp;
+    if ((size_t)hp->n_ff_shexp > hidden) hidden = (size_t)hp->n_ff_shexp;
+    memset(sz, 0, sizeof(size_t) * N_SCRATCH);
     sz[SCRATCH_TOKENS] = sizeof(int32_t) * nb;
     sz[SCRATCH_X] = sz[SCRATCH_XB] = f * nb * (size_t)hp->n_embd;
+    if (hp->n_ff_shexp) sz[SCRATCH_XB2] = f * nb * (size_t)hp->n_embd;
     sz[SCRATCH_Q] = sz[SCRATCH_ATT] = f * nb * q_dim;
     sz[SCRATCH_K] = sz[SCRATCH_V] = f * nb * kv_dim;
-    sz[SCRATCH_HB] = sz[SCRATCH_HB2] = f * nb * (size_t)hp->n_ff;
+    sz[SCRATCH_HB] = sz[SCRATCH_HB2] = f * nb * hidden;
+    if (hp->n_expert) {
+        sz[SCRATCH_MOE_LOGITS] = f * nb * (size_t)hp->n_expert;
+        sz[SCRATCH_MOE_IDS] = sizeof(int32_t) * nb * k;
+        sz[SCRATCH_MOE_W] = f * nb * k;
+        sz[SCRATCH_MOE_Y] = f * nb * k * (size_t)hp->n_embd;
+    }
     sz[SCRATCH_LOGITS] = f * nb * (size_t)hp->n_vocab;
 }
 
@@ -59,18 +68,36 @@ uint64_t context_scratch_bytes(const struct model *m, int n_batch) {
     return total;
 }
 
+static void *balloc(struct context *c, size_t bytes, int *failed) {
+    if (*failed || !bytes) return NULL;
+    void *p = c->be->alloc(c->be, bytes);
+    if (!p) *failed = 1;
+    return p;
+}
+
 int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out) {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
     if (n_ctx < 1) return st_fail("context size %d must be at least 1", n_ctx);
     if (n_batch < 1) return st_fail("batch size %d must be at least 1", n_batch);
     if (n_batch > n_ctx) n_batch = n_ctx;
-    if (prepare_weights(m, be)) return -1;
+    if (model_for_each_weight(m, prepare_one, be)) return -1;
     struct context *c = st_xcalloc(1, sizeof *c);
     c->model = m;
     c->be = be;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
+    // LongRoPE: the long factors when the context, padded to a multiple of 256 as
+    // llama.cpp pads it, is longer than the original one
+    c->rope[0] = hp->rope;
+    c->rope[1] = hp->rope_swa;
+    if (m->rope_long) {
+        const int padded = (n_ctx + 255) / 256 * 256;
+        const float *ff = padded > hp->rope.n_ctx_orig ? m->rope_long : m->rope_short;
+        c->rope[0].freq_factors = c->rope[1].freq_factors = ff;
+    }
+    c->attn[0] = (struct attn_params){hp->attn_scale, hp->attn_softcap, 0};
+    c->attn[1] = (struct attn_params){hp->attn_scale, hp->attn_softcap, hp->n_swa};
     const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     int failed = 0;
     c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
@@ -81,10 +108,11 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
     }
     size_t sz[N_SCRATCH];
     scratch_sizes(m, n_batch, sz);
-    void **bufs[N_SCRATCH] = {(void **)&c->tokens, (void **)&c->x,   (void **)&c->xb,
-                              (void **)&c->q,      (void **)&c->k,   (void **)&c->v,
-                              (void **)&c->att,    (void **)&c->hb,  (void **)&c->hb2,
-                              (void **)&c->logits};
+    void **bufs[N_SCRATCH] = {
+        (void **)&c->tokens,     (void **)&c->x,       (void **)&c->xb,      (void **)&c->xb2,
+        (void **)&c->q,          (void **)&c->k,       (void **)&c->v,       (void **)&c->att,
+        (void **)&c->hb,         (void **)&c->hb2,     (void **)&c->moe_logits,
+        (void **)&c->moe_ids,    (void **)&c->moe_w,   (void **)&c->moe_y,   (void **)&c->logits};
     for (int i = 0; i < N_SCRATCH; i++) *bufs[i] = balloc(c, sz[i], &failed);
     c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history);
     if (failed) {
@@ -105,13 +133,61 @@ void context_free(struct context *c) {
         if (c->k_cache[l]) be->release(be, c->k_cache[l]);
         if (c->v_cache[l]) be->release(be, c->v_cache[l]);
     }
-    void *bufs[] = {c->tokens, c->x, c->xb, c->q, c->k, c->v, c->att, c->hb, c->hb2, c->logits};
+    void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,
+                    c->v,      c->att, c->hb,         c->hb2,     c->moe_logits, c->moe_ids,
+                    c->moe_w,  c->moe_y, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->release(be, bufs[i]);
     free(c->k_cache);
     free(c->v_cache);
     free(c->history);
     free(c);
+}
+
+// --- the pass ----------------------------------------------------------------------
+
+// y (n, w.rows) = x·wᵀ [+ b]
+static void linear(struct backend *be, const struct weight *w, const struct weight *b,
+                   const float *x, float *y, int n) {
+    be->matmul(be, w, x, y, n);
+    if (weight_present(b)) be->add_bias(be, b, y, n, (int)w->rows);
+}
+
+// out (n, n_embd): the dense feed-forward of h (n, n_embd), through hb, hb2.
+static void ffn_dense(struct context *c, const struct weight *gate, const struct weight *up,
+                      const struct weight *down, const float *h, float *out, int n) {
+    struct backend *be = c->be;
+    const int F = (int)gate->rows;
+    be->matmul(be, gate, h, c->hb, n);
+    be->matmul(be, up, h, c->hb2, n);
+    be->glu(be, c->model->hp.act, c->hb, c->hb2, c->hb, n, F, F);
+    be->matmul(be, down, c->hb, out, n);
+}
+
+// xb (n, n_embd) = the expert feed-forward of xb: the shared expert first
+// (into xb2, while xb still holds the input), then the routed experts.
+static void ffn_experts(struct context *c, const struct layer_weights *L, int n) {
+    struct backend *be = c->be;
+    const struct model_hparams *hp = &c->model->hp;
+    const int k = hp->n_expert_used, F = hp->n_ff_exp, E = hp->n_embd;
+    if (weight_present(&L->gate_shexp)) {
+        ffn_dense(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, c->xb, c->xb2, n);
+        if (weight_present(&L->gate_inp_shexp)) { // xb2 ·= sigmoid(h·w)
+            const struct moe_params gate = {1, 1, MOE_GATING_SIGMOID, false, 1.0f};
+            be->matmul(be, &L->gate_inp_shexp, c->xb, c->moe_logits, n);
+            be->moe_route(be, c->moe_logits, n, &gate, c->moe_ids, c->moe_w);
+            be->moe_combine(be, c->xb2, c->moe_w, n, 1, E, c->xb2);
+        }
+    }
+    const struct moe_params mp = {hp->n_expert, k, hp->moe_gating, hp->moe_norm, hp->moe_scale};
+    be->matmul(be, &L->gate_inp, c->xb, c->moe_logits, n);
+    be->moe_route(be, c->moe_logits, n, &mp, c->moe_ids, c->moe_w);
+    be->matmul_id(be, &L->gate_exps, c->xb, 1, c->moe_ids, k, c->hb, n);   // (n, k, F)
+    be->matmul_id(be, &L->up_exps, c->xb, 1, c->moe_ids, k, c->hb2, n);    // (n, k, F)
+    be->glu(be, hp->act, c->hb, c->hb2, c->hb, n * k, F, F);
+    be->matmul_id(be, &L->down_exps, c->hb, k, c->moe_ids, k, c->moe_y, n); // (n, k, E)
+    be->moe_combine(be, c->moe_y, c->moe_w, n, k, E, c->xb);
+    if (weight_present(&L->gate_shexp)) be->add(be, c->xb, c->xb2, (int64_t)n * E);
 }
 
 int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, float *logits,
@@ -134,34 +210,44 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
 
     be->upload(be, c->tokens, tokens, sizeof(int32_t) * (size_t)n);
     be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
+    if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
     for (int l = 0; l < hp->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
         // attention block
         be->rms_norm(be, &L->attn_norm, c->x, c->xb, n, E, hp->norm_eps);
-        be->matmul(be, &L->wq, c->xb, c->q, n);
-        be->matmul(be, &L->wk, c->xb, c->k, n);
-        be->matmul(be, &L->wv, c->xb, c->v, n);
-        be->rope(be, c->q, n, hp->n_head, hd, pos0, &hp->rope);
-        be->rope(be, c->k, n, hp->n_head_kv, hd, pos0, &hp->rope);
+        linear(be, &L->wq, &L->bq, c->xb, c->q, n);
+        linear(be, &L->wk, &L->bk, c->xb, c->k, n);
+        linear(be, &L->wv, &L->bv, c->xb, c->v, n);
+        if (weight_present(&L->q_norm)) { // per head: (n·heads, head_dim)
+            be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
+            be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
+        }
+        const struct rope_params *rp = &c->rope[L->swa];
+        be->rope(be, c->q, n, hp->n_head, hd, pos0, rp);
+        be->rope(be, c->k, n, hp->n_head_kv, hd, pos0, rp);
         be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, n, pos0, kv_dim);
         be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, n, pos0, hp->n_head,
-                      hp->n_head_kv, hd);
-        be->matmul(be, &L->wo, c->att, c->xb, n);
+                      hp->n_head_kv, hd, &c->attn[L->swa]);
+        linear(be, &L->wo, &L->bo, c->att, c->xb, n);
+        if (weight_present(&L->attn_post_norm))
+            be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
         // feed-forward block
         be->rms_norm(be, &L->ffn_norm, c->x, c->xb, n, E, hp->norm_eps);
-        be->matmul(be, &L->w_gate, c->xb, c->hb, n);
-        be->matmul(be, &L->w_up, c->xb, c->hb2, n);
-        be->swiglu(be, c->hb, c->hb2, (int64_t)n * hp->n_ff);
-        be->matmul(be, &L->w_down, c->hb, c->xb, n);
+        if (weight_present(&L->gate_inp)) ffn_experts(c, L, n);
+        else ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, c->xb, n);
+        if (weight_present(&L->ffn_post_norm))
+            be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
     }
     // only the rows whose logits are wanted go through the output layer
     const int first = all_logits ? 0 : n - 1;
     const int n_out = n - first;
+    const int64_t n_logits = (int64_t)n_out * hp->n_vocab;
     be->rms_norm(be, &m->output_norm, c->x + (size_t)first * E, c->xb, n_out, E, hp->norm_eps);
-    be->matmul(be, &m->output, c->xb, c->logits, n_out);
-    be->download(be, logits, c->logits, sizeof(float) * (size_t)n_out * hp->n_vocab);
+    linear(be, &m->output, &m->output_b, c->xb, c->logits, n_out);
+    if (hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
+    be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
     if (be->sync(be)) return -1;
     for (int i = 0; i < n; i++) c->history[pos0 + i] = tokens[i];
     c->n_past = pos0 + n;

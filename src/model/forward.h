@@ -1,5 +1,6 @@
 // forward.h: an inference context (KV cache + scratch on one backend) and the
-// llama forward pass, written once over the backend interface.
+// forward pass, written once over the backend interface for every
+// architecture of the table (model/arch.h).
 #ifndef STRATA_FORWARD_H
 #define STRATA_FORWARD_H
 
@@ -14,16 +15,24 @@ struct context {
     struct backend *be;   // borrowed
     int n_ctx;            // positions the KV cache holds
     int n_batch;          // tokens one forward call takes at most
+    // per layer kind: [0] global layers, [1] sliding-window layers
+    struct rope_params rope[2]; // LongRoPE factors chosen for n_ctx
+    struct attn_params attn[2];
     float **k_cache;      // [n_layer] backend buffers (n_ctx, n_head_kv*head_dim)
     float **v_cache;      // [n_layer] same
     // scratch, backend buffers
     int32_t *tokens;      // (n_batch)
     float *x;             // (n_batch, n_embd) residual stream
-    float *xb;            // (n_batch, n_embd) normed input / projection output
+    float *xb;            // (n_batch, n_embd) normed input / block output
+    float *xb2;           // (n_batch, n_embd) shared expert's output
     float *q;             // (n_batch, n_head*head_dim)
     float *k, *v;         // (n_batch, n_head_kv*head_dim)
     float *att;           // (n_batch, n_head*head_dim)
-    float *hb, *hb2;      // (n_batch, n_ff)
+    float *hb, *hb2;      // (n_batch, n_hidden): n_ff, n_used·n_ff_exp or n_ff_shexp wide
+    float *moe_logits;    // (n_batch, n_expert) router logits
+    int32_t *moe_ids;     // (n_batch, n_used) chosen experts
+    float *moe_w;         // (n_batch, n_used) their weights
+    float *moe_y;         // (n_batch, n_used, n_embd) each expert's output
     float *logits;        // (n_batch, n_vocab)
     // What the KV cache holds: tokens at positions 0 .. n_past-1.
     int32_t *history;     // [n_ctx] host

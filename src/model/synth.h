@@ -1,4 +1,6 @@
-// synth.h: synthetic llama-architecture GGUF models with random weights.
+// synth.h: synthetic GGUF models with random weights, of any architecture of
+// the table (model/arch.h), with the keys and tensor names llama.cpp's
+// converter writes for it.
 //
 // For tests (small models of any shape, and crafted bad ones) and for
 // benchmarks of model shapes no test file has (a 7B-shaped model on a GPU).
@@ -13,6 +15,7 @@
 #include "format/quant.h"
 
 struct synth_params {
+    const char *arch; // general.architecture: a row of the table (default "llama")
     int n_vocab;    // ≥ 257
     int n_embd;     // multiple of n_head and of the weight type's block size
     int n_layer;
@@ -25,13 +28,34 @@ struct synth_params {
     enum ggml_type embd_type; // token_embd.weight, same rule
     int tied;                 // 1: no output.weight (the embedding is reused)
     uint64_t seed;
+    // architecture options (0: the architecture's usual value or none)
+    int head_dim;             // per-head width (0: n_embd / n_head)
+    int n_rot;                // rotated dimensions (0: head_dim; fewer: partial rotary)
+    int n_expert;             // experts per layer (architectures with ARCH_EXPERTS)
+    int n_expert_used;
+    int n_ff_exp;             // expert width (0: n_ff)
+    int n_ff_shexp;           // shared expert width (ARCH_SHARED_EXPERT; 0: n_ff)
+    int n_swa;                // sliding window (architectures with a pattern)
+    float attn_softcap, final_softcap; // written when > 0
+    float rope_base_swa;      // written when > 0
+    const char *rope_scaling; // NULL, "linear", "yarn" or "longrope" (LongRoPE factors)
+    float rope_factor;        // scaling factor (linear, yarn)
+    int rope_orig_ctx;        // original context (yarn, longrope)
+    float rope_attn_factor;   // written when > 0
 };
 
-// Small defaults: vocabulary 512, width 64, 2 layers, 4 heads (2 KV), FFN 128, Q8_0.
+// Small defaults: llama, vocabulary 512, width 64, 2 layers, 4 heads (2 KV),
+// FFN 128, Q8_0.
 struct synth_params synth_default_params(void);
 
 // Decides whether a key or tensor is written: return 0 to leave it out.
 typedef int (*synth_filter_fn)(void *user, const char *name);
+
+// Sets p->arch to name and the architecture's small defaults: experts for
+// the MoE architectures (8, 2 used, width n_ff/2), a window of 8 and the
+// soft-caps for Gemma, the Gemma 3 RoPE bases. Other fields stay. Returns 0,
+// or -1 with a message for an unknown architecture.
+int synth_arch_defaults(const char *name, struct synth_params *p);
 
 // Builds the model into a new writer (free with gguf_writer_free). filter may
 // be NULL. Returns 0, or -1 with a message naming the bad parameter.
