@@ -319,6 +319,29 @@ static void test_unknown_variants(void) {
         {"{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
          "message['content'] + '<end_of_turn>\\n' }}{% endfor %}",
          "gemma3"},
+        // chatml that writes BOS (LFM2's, Hermes' tool-use templates).
+        {"{{bos_token}}{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+         "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
+         "chatml"},
+        // chatml handling tools, other than Qwen2.5's (Qwen3-Coder's).
+        {"{%- if tools %}{{- '<|im_start|>system\\nYou are Qwen, a coder.<|im_end|>\\n' }}{%- endif "
+         "%}{%- for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+         "message['content'] + '<|im_end|>\\n'}}{%- endfor %}",
+         "chatml"},
+        // Qwen3.5's: Qwen3's rules, but a think block opened after the generation prompt.
+        {"<think> enable_thinking is defined and enable_thinking is false ns.last_query_index "
+         "split('</think>')[-1].lstrip('\\n') not(message.content.startswith('<tool_response>') "
+         "<|im_start|> {%- else %}{{- '<think>\\n' }}",
+         "qwen3"},
+        // Phi-3-mini's first template: BOS, then the turns.
+        {"{{ bos_token }}{% for message in messages %}{{'<|user|>' + '\\n' + message['content'] + "
+         "'<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}{% endfor %}",
+         "phi3"},
+        // A function-calling template with Llama 3's tokens (firefunction-style).
+        {"{{ bos_token }}{{ '<|start_header_id|>system<|end_header_id|>\\n\\n' + functions + "
+         "'<|eot_id|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+         "'<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}{% endfor %}",
+         "llama3"},
         // Llama 3.1-like system block without any date.
         {"{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: "
          "December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}",
@@ -346,7 +369,7 @@ static void test_default_system_parsing(void) {
     CHECK(strcmp(fmt.default_system, "You're Qwen.\tBe \"helpful\"") == 0, "default \"%s\"",
           fmt.default_system);
     // Raw template text, not a string literal: no default.
-    const char *raw = "<|im_start|>system\n{{ system }}<|im_end|>\n{{ bos_token }}";
+    const char *raw = "<|im_start|>system\n{{ system }}<|im_end|>\n{{ eos_token }}";
     CHECK(chat_detect(raw, strlen(raw), &fmt) == 0 && fmt.default_system[0] == '\0', "default \"%s\"",
           fmt.default_system);
     // Too long to keep: refused, not cut.

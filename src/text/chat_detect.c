@@ -361,10 +361,17 @@ static int detect_chatml(const char *text, size_t len, struct chat_format *out) 
         format_init(out, CHAT_TEMPLATE_PHI4);
         return 0;
     }
+    // None of the chatml renderings writes BOS (LFM2's and Hermes' tool-use
+    // templates do).
+    if (text_has(text, len, "bos_token"))
+        return refuse_variant(text, len, "chatml that writes bos_token", "chatml");
     if (text_has(text, len, "<think>")) {
+        // Qwen3.5's opens a think block after the generation prompt.
         if (!text_has(text, len, "enable_thinking is defined and enable_thinking is false") ||
             !text_has(text, len, "ns.last_query_index") ||
-            !text_has(text, len, "split('</think>')[-1].lstrip('\\n')"))
+            !text_has(text, len, "split('</think>')[-1].lstrip('\\n')") ||
+            !text_has(text, len, "not(message.content.startswith('<tool_response>')") ||
+            text_has(text, len, "{{- '<think>\\n' }}"))
             return refuse_variant(text, len, "chatml with <think> blocks", "qwen3, chatml");
         format_init(out, CHAT_TEMPLATE_QWEN3);
         return 0;
@@ -372,6 +379,10 @@ static int detect_chatml(const char *text, size_t len, struct chat_format *out) 
     bool qwen25 = text_has(text, len, "<tool_call>") &&
                   text_has(text, len, "(message.role == \"system\" and not loop.first)") &&
                   text_has(text, len, "(message.role == \"assistant\" and not message.tool_calls)");
+    // Other templates that handle tools (Qwen3-Coder's) have tool-less paths
+    // this code has not been checked against.
+    if (!qwen25 && text_has(text, len, "tools"))
+        return refuse_variant(text, len, "chatml with tool handling", "chatml, qwen2.5");
     format_init(out, qwen25 ? CHAT_TEMPLATE_QWEN25 : CHAT_TEMPLATE_CHATML);
     int rc = chat_default_system(text, len, out->default_system, sizeof(out->default_system));
     if (rc < 0) return -1;
@@ -443,11 +454,18 @@ int chat_detect_on(const char *text, size_t len, struct chat_date today, struct 
     if (text_has(text, len, "[INST]")) return detect_inst(text, len, today, out);
     if (text_has(text, len, "<|assistant|>") && text_has(text, len, "<|end|>") &&
         text_has(text, len, "<|user|>")) {
+        if (text_has(text, len, "bos_token")) // Phi-3-mini's first template, Apriel's
+            return refuse_variant(text, len, "a <|user|> template that writes bos_token", "phi3");
         format_init(out, CHAT_TEMPLATE_PHI3);
         return 0;
     }
     if (text_has(text, len, "<|start_header_id|>") && text_has(text, len, "<|end_header_id|>")) {
         if (!text_has(text, len, "Cutting Knowledge Date: December 2023")) {
+            // Llama 3.0's turn; function-calling templates (firefunction,
+            // functionary) that add system text of their own lack it.
+            if (!text_has(text, len, "message['content'] | trim + '<|eot_id|>'"))
+                return refuse_variant(text, len, "a <|start_header_id|> template",
+                                      "llama3, llama3.1");
             format_init(out, CHAT_TEMPLATE_LLAMA3);
             return 0;
         }
