@@ -9,12 +9,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$BIN" synth -o "$tmp/tiny.gguf" >/dev/null 2>&1
 
-# expect NAME WANT_STATUS PATTERN -- ARGS...: runs strata with ARGS and checks the
-# exit status and that stdout+stderr match the extended regex PATTERN.
+# expect NAME WANT_STATUS PATTERN -- ARGS...: runs strata with ARGS (stdin from
+# the file $stdin when set) and checks the exit status and that stdout+stderr
+# match the extended regex PATTERN.
+stdin=
 expect() {
     name=$1 want=$2 pattern=$3
     shift 4
-    "$BIN" "$@" >"$tmp/out" 2>&1
+    if [ -n "$stdin" ]; then
+        "$BIN" "$@" <"$stdin" >"$tmp/out" 2>&1
+    else
+        "$BIN" "$@" >"$tmp/out" 2>&1
+    fi
     got=$?
     if [ "$got" -eq "$want" ] && grep -Eq -- "$pattern" "$tmp/out"; then
         pass=$((pass + 1))
@@ -37,6 +43,7 @@ expect out_of_range 2 "--top-p: 1.5 is out of range" -- run -m x -p hi --top-p 1
 expect missing_value 2 "-m needs a value" -- run -p hi -m
 expect no_model 2 "no model given" -- run -p hi
 expect no_prompt 2 "no prompt given" -- run -m x
+expect no_think_without_chat 2 "--no-think only apply with --chat" -- run -m x -p hi --no-think
 expect missing_file 1 "cannot open|No such file" -- run -m "$tmp/nope.gguf" -p hi
 printf 'GGUF\003\000\000\000' >"$tmp/trunc.gguf"
 expect truncated_file 1 "trunc.gguf" -- run -m "$tmp/trunc.gguf" -p hi
@@ -59,6 +66,20 @@ if [ -f "$MODEL" ]; then
     expect run_greedy 0 "generated 8 tokens" -- run -m "$MODEL" -p "The capital of France is" -n 8 --temp 0
     expect run_chat 0 "generated" -- run -m "$MODEL" -p "Say hi." --chat -n 8 --temp 0 -t 1
     expect info_model 0 "token_embd.weight" -- info "$MODEL"
+    # --no-think adds Qwen3's empty "<think>\n\n</think>\n\n" after the generation
+    # prompt: 10 and 19 prompt tokens are what llama.cpp's tokenizer gives for the
+    # two renderings of "hi" in the test model's vocabulary.
+    expect run_qwen3_think 0 "prompt 10 tokens" -- \
+        run -m "$MODEL" -p hi --chat --template qwen3 -n 1 --temp 0 -t 1
+    expect run_qwen3_no_think 0 "prompt 19 tokens" -- \
+        run -m "$MODEL" -p hi --chat --template qwen3 --no-think -n 1 --temp 0 -t 1
+    expect run_no_think_chatml 1 "no thinking switch" -- run -m "$MODEL" -p hi --chat --no-think -n 1
+    printf 'hi\n' >"$tmp/hi.txt"
+    stdin="$tmp/hi.txt"
+    expect chat_qwen3_no_think 0 "prompt 19 tokens" -- \
+        chat -m "$MODEL" --template qwen3 --no-think -n 1 --temp 0 -t 1
+    expect chat_no_think_chatml 1 "no thinking switch" -- chat -m "$MODEL" --no-think -n 1
+    stdin=
 else
     echo "  skip model-dependent CLI tests: $MODEL not found"
 fi

@@ -385,6 +385,8 @@ BAD_REQUESTS = [
     ("n = 2", "/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n", "unsupported_parameter"),
     ("tools", "/v1/chat/completions", {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools", "unsupported_parameter"),
     ("model a number", "/v1/chat/completions", {"messages": USER, "model": 3}, 400, "model", "invalid_type"),
+    ("chat_template_kwargs a number", "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": 1}, 400, "chat_template_kwargs", "invalid_type"),
+    ("enable_thinking a string", "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": {"enable_thinking": "no"}}, 400, "chat_template_kwargs.enable_thinking", "invalid_type"),
     ("no prompt", "/v1/completions", {"max_tokens": 3}, 400, "prompt", "missing_required_parameter"),
     ("prompt an object", "/v1/completions", {"prompt": {"a": 1}}, 400, "prompt", "invalid_type"),
     ("token id out of range", "/v1/completions", {"prompt": [1, 99999999]}, 400, "prompt[1]", "invalid_value"),
@@ -717,6 +719,40 @@ def t_loading_and_failure(binary, model):
         os.rmdir(d)
 
 
+def prompt_tokens(port, extra=None, headers=None):
+    body = {"messages": USER, "max_tokens": 1, "temperature": 0, **(extra or {})}
+    s, _, b = http_call(port, "POST", "/v1/chat/completions", body,
+                        {"Content-Type": "application/json", **(headers or {})})
+    check(s == 200, f"{s} {b[:300]!r}")
+    return json.loads(b)["usage"]["prompt_tokens"]
+
+
+def t_template_kwargs_ignored(srv, model_id):
+    """enable_thinking means nothing to a chatml template, as to Jinja."""
+    plain = prompt_tokens(srv.port, headers=auth())
+    for v in (False, True):
+        got = prompt_tokens(srv.port, {"chat_template_kwargs": {"enable_thinking": v}}, auth())
+        check(got == plain, f"enable_thinking {v}: {got} prompt tokens, {plain} without")
+
+
+def t_thinking(binary, model):
+    """--no-think and chat_template_kwargs.enable_thinking on Qwen3's template. The
+    test model's vocabulary renders "hi" as 10 tokens, and 19 with the empty think
+    block after the generation prompt (counts from llama.cpp's tokenizer)."""
+    srv = Server(binary, model, "--template", "qwen3", "--no-think")
+    try:
+        check(prompt_tokens(srv.port) == 19, "--no-think: no empty think block")
+        got = prompt_tokens(srv.port, {"chat_template_kwargs": {"enable_thinking": True}})
+        check(got == 10, f"enable_thinking true: {got} prompt tokens")
+        got = prompt_tokens(srv.port, {"chat_template_kwargs": {"enable_thinking": False}})
+        check(got == 19, f"enable_thinking false: {got} prompt tokens")
+        got = prompt_tokens(srv.port, {"chat_template_kwargs": {}})
+        check(got == 19, f"empty kwargs: {got} prompt tokens")
+    finally:
+        status = srv.stop()
+    check(status == 0, f"exit status {status} after SIGTERM")
+
+
 def t_command_line(binary, model, port_taken):
     def run(*args):
         p = subprocess.run([binary, *args], capture_output=True, timeout=30)
@@ -730,6 +766,7 @@ def t_command_line(binary, model, port_taken):
         (("serve", "-m", model, "--port", "70000"), 2, "--port: 70000 is out of range"),
         (("serve", "-m", model, "--timeout", "soon"), 2, "--timeout: 'soon' is not a number"),
         (("serve", "-m", model, "--template", "nope"), 2, "nope"),
+        (("serve", "-m", model, "--port", "0", "--no-think"), 1, "chatml template has no thinking switch"),
         (("serve", "-m", "/nonexistent/x.gguf"), 1, "cannot open model '/nonexistent/x.gguf'"),
         (("serve", "-m", model, "--port", str(port_taken)), 1, "cannot listen on 127.0.0.1 port"),
         (("chat",), 2, "no model given"),
@@ -790,7 +827,7 @@ def main():
                          ("prompt_reuse", t_prompt_reuse), ("utf8_stream", t_utf8_stream), ("tokenize", t_tokenize),
                          ("bad_requests", t_bad_requests), ("routes_and_keys", t_routes_and_keys),
                          ("body_limits", t_body_limits), ("disconnect", t_disconnect), ("load", t_load),
-                         ("endpoints", t_endpoints),
+                         ("endpoints", t_endpoints), ("template_kwargs_ignored", t_template_kwargs_ignored),
                          ("page", t_page)]:
             run_test(name, fn, srv, model_id)
         run_test("fuzz", t_fuzz, srv, model_id, seed)
@@ -801,6 +838,7 @@ def main():
         if srv.proc.poll() is None:
             srv.stop()
     run_test("limits", t_limits, args.bin, args.model)
+    run_test("thinking", t_thinking, args.bin, args.model)
     run_test("loading_and_failure", t_loading_and_failure, args.bin, args.model)
     print(f"  ({time.time() - t_start:.1f} s)")
     print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")

@@ -43,7 +43,11 @@ static const char chat_help[] =
     "\n"
     "      --system TEXT      a system message at the start of the conversation\n"
     "      --template NAME    use this template family instead of the model's\n"
-    "                         (chatml, llama2, llama3, mistral, gemma, phi3)\n"
+    "                         (chatml, qwen2.5, qwen3, phi3, phi4, llama2, llama3, llama3.1,\n"
+    "                         gemma2, gemma3, mistral-legacy, mistral-v1, mistral-v3,\n"
+    "                         mistral-v3-tekken, mistral-v7-tekken)\n"
+    "      --no-think         ask a thinking template (qwen3) to answer without thinking\n"
+    "                         (enable_thinking=false); thinking is its default\n"
     "  -n, --n-predict N      most tokens per answer; -1 = until the model stops (default: -1)\n"
     "  -h, --help             this help\n"
     "\n"
@@ -168,6 +172,7 @@ int cli_chat(int argc, char **argv) {
     cli_model_opts_default(&o);
     const char *system = NULL, *template_name = NULL;
     long long n_predict = -1;
+    bool no_think = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = cli_model_opt(&o, argc, argv, &i);
@@ -180,6 +185,8 @@ int cli_chat(int argc, char **argv) {
             if (!(system = cli_value(argc, argv, &i))) goto usage_error;
         } else if (!strcmp(a, "--template")) {
             if (!(template_name = cli_value(argc, argv, &i))) goto usage_error;
+        } else if (!strcmp(a, "--no-think")) {
+            no_think = true;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             const char *v = cli_value(argc, argv, &i);
             if (!v || cli_parse_int(a, v, -1, 1 << 30, &n_predict)) goto usage_error;
@@ -219,7 +226,8 @@ int cli_chat(int argc, char **argv) {
     if (session_open(&o.s, &ss)) goto fail;
     m = ss.model;
     ctx = ss.ctx;
-    if (session_chat_format(m, template_name, &fmt)) goto fail;
+    if (session_chat_format(m, template_name, &fmt) || session_chat_no_think(&fmt, no_think))
+        goto fail;
     if (!(smp = sampler_init(&o.sp, m->hp.n_vocab))) goto fail;
     const int first = system ? 1 : 0; // messages before `first` are never dropped
     if (system) conv_push(&conv, "system", system, strlen(system));

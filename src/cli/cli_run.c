@@ -23,7 +23,11 @@ static const char run_help[] =
     "      --chat             wrap the prompt in the model's chat template as a user message\n"
     "      --system TEXT      with --chat: a system message before the user's\n"
     "      --template NAME    with --chat: use this template family instead of the model's\n"
-    "                         (chatml, llama2, llama3, mistral, gemma, phi3)\n"
+    "                         (chatml, qwen2.5, qwen3, phi3, phi4, llama2, llama3, llama3.1,\n"
+    "                         gemma2, gemma3, mistral-legacy, mistral-v1, mistral-v3,\n"
+    "                         mistral-v3-tekken, mistral-v7-tekken)\n"
+    "      --no-think         with --chat: ask a thinking template (qwen3) to answer without\n"
+    "                         thinking (enable_thinking=false); thinking is its default\n"
     "  -h, --help             this help\n"
     "\n"
     "Model options:\n";
@@ -73,7 +77,7 @@ int cli_run(int argc, char **argv) {
     cli_model_opts_default(&o);
     const char *prompt = NULL, *file = NULL, *system = NULL, *template_name = NULL;
     long long n_predict = 256;
-    bool chat = false;
+    bool chat = false, no_think = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = cli_model_opt(&o, argc, argv, &i);
@@ -95,6 +99,8 @@ int cli_run(int argc, char **argv) {
             if (!(system = cli_value(argc, argv, &i))) goto usage_error;
         } else if (!strcmp(a, "--template")) {
             if (!(template_name = cli_value(argc, argv, &i))) goto usage_error;
+        } else if (!strcmp(a, "--no-think")) {
+            no_think = true;
         } else {
             st_fail("unknown option '%s'", a);
             goto usage_error;
@@ -108,8 +114,8 @@ int cli_run(int argc, char **argv) {
         st_fail(prompt ? "give the prompt with -p or -f, not both" : "no prompt given: use -p TEXT or -f FILE");
         goto usage_error;
     }
-    if ((system || template_name) && !chat) {
-        st_fail("--system and --template only apply with --chat");
+    if ((system || template_name || no_think) && !chat) {
+        st_fail("--system, --template and --no-think only apply with --chat");
         goto usage_error;
     }
     if (sampler_params_check(&o.sp)) goto usage_error;
@@ -139,8 +145,9 @@ int cli_run(int argc, char **argv) {
         int n_msgs = 0;
         if (system) msgs[n_msgs++] = (struct chat_message){"system", system};
         msgs[n_msgs++] = (struct chat_message){"user", prompt};
-        n = session_chat_format(m, template_name, &fmt) ? -1
-                                                    : session_chat_tokens(m, &fmt, msgs, n_msgs, true, &ids);
+        n = session_chat_format(m, template_name, &fmt) || session_chat_no_think(&fmt, no_think)
+                ? -1
+                : session_chat_tokens(m, &fmt, msgs, n_msgs, true, &ids);
     } else {
         n = session_text_tokens(m, prompt, &ids);
     }

@@ -23,7 +23,11 @@ static const char serve_help[] =
     "                         /health (default: the environment's STRATA_API_KEY, else none)\n"
     "      --alias NAME       the model's id in the API (default: the file name without .gguf)\n"
     "      --template NAME    chat template family instead of the model's own\n"
-    "                         (chatml, llama2, llama3, mistral, gemma, phi3)\n"
+    "                         (chatml, qwen2.5, qwen3, phi3, phi4, llama2, llama3, llama3.1,\n"
+    "                         gemma2, gemma3, mistral-legacy, mistral-v1, mistral-v3,\n"
+    "                         mistral-v3-tekken, mistral-v7-tekken)\n"
+    "      --no-think         a thinking template (qwen3) answers without thinking unless a\n"
+    "                         request sets chat_template_kwargs.enable_thinking\n"
     "      --timeout S        a request's limit in seconds, from its arrival to its last\n"
     "                         token (default: 600)\n"
     "      --max-body BYTES   largest request body (default: 4194304)\n"
@@ -76,6 +80,8 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
             if (!(cfg->template_name = cli_value(argc, argv, &i))) return -1;
             struct chat_format fmt;
             if (chat_format_by_name(cfg->template_name, &fmt)) return -1;
+        } else if (!strcmp(a, "--no-think")) {
+            cfg->no_think = true;
         } else if (!strcmp(a, "--timeout")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, 0.1, 86400 * 7, &f))
                 return -1;

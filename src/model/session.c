@@ -64,6 +64,16 @@ int session_chat_format(const struct model *m, const char *template_name, struct
     return 0;
 }
 
+int session_chat_no_think(struct chat_format *fmt, bool no_think) {
+    if (!no_think) return 0;
+    if (!chat_has_thinking(fmt->kind))
+        return st_fail("--no-think: the %s template has no thinking switch (qwen3 templates have "
+                       "one); leave the option out",
+                       chat_template_name(fmt->kind));
+    fmt->enable_thinking = false;
+    return 0;
+}
+
 int session_text_tokens(const struct model *m, const char *text, int32_t **ids) {
     int n = tokenizer_encode(m->tok, text, strlen(text), true, true, ids);
     if (n < 0) return -1;

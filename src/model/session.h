@@ -43,6 +43,10 @@ void session_close(struct session *s);
 // one detected from the model's tokenizer.chat_template; fmt->bos is filled
 // from the vocabulary. Returns 0 or -1 with a message.
 int session_chat_format(const struct model *m, const char *template_name, struct chat_format *fmt);
+// Applies a --no-think request: with no_think, sets fmt->enable_thinking to
+// false, or fails with a message when the family has no thinking switch (so
+// the request would change nothing). Returns 0 or -1.
+int session_chat_no_think(struct chat_format *fmt, bool no_think);
 // Renders msgs with fmt and tokenizes the text (special tokens parsed, BOS
 // added as the vocabulary asks, never twice). Returns the number of ids and
 // sets *ids (malloc'd, caller frees), or -1 with a message.

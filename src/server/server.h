@@ -44,6 +44,7 @@ struct server_config {
     const char *api_key;       // NULL: no authentication
     const char *alias;         // the model's id; NULL: the file name without .gguf
     const char *template_name; // chat template family; NULL: the model's own
+    bool no_think;             // requests default to enable_thinking=false (qwen3)
     size_t max_body;           // bytes a request body may have
     double timeout_s;          // a request's limit from arrival to its last token
     int max_queue;             // requests waiting beyond which new ones get 503

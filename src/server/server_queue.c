@@ -228,6 +228,10 @@ static int worker_load(struct server *s) {
     }
     s->n_ctx = s->sess.ctx->n_ctx;
     if (session_chat_format(s->sess.model, s->cfg.template_name, &s->fmt) == 0) {
+        if (session_chat_no_think(&s->fmt, s->cfg.no_think)) {
+            snprintf(s->load_error, sizeof s->load_error, "%s", st_last_error());
+            return -1;
+        }
         s->have_chat = true;
     } else {
         if (s->cfg.template_name) { // a bad name was refused earlier; this is the model's fault

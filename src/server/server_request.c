@@ -385,7 +385,21 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
         }
         i++;
     }
-    r->n_prompt = session_chat_tokens(s->sess.model, &s->fmt, cm, n, true, &r->prompt);
+    // Template variables as vLLM and llama.cpp's server take them; a template
+    // that does not read enable_thinking ignores it, as Jinja would.
+    struct chat_format fmt = s->fmt;
+    const cJSON *kw = member(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw)) {
+        bad_type(e, "chat_template_kwargs", "an object", kw);
+        goto out;
+    }
+    const cJSON *think = kw ? member(kw, "enable_thinking") : NULL;
+    if (think && !cJSON_IsBool(think)) {
+        bad_type(e, "chat_template_kwargs.enable_thinking", "a boolean", think);
+        goto out;
+    }
+    if (think) fmt.enable_thinking = cJSON_IsTrue(think);
+    r->n_prompt = session_chat_tokens(s->sess.model, &fmt, cm, n, true, &r->prompt);
     if (r->n_prompt < 0) {
         r->n_prompt = 0;
         srv_error_set(e, 400, BAD, "invalid_value", "messages", "%s", st_last_error());

@@ -1,29 +1,46 @@
-// chat.c: chat-template families, detected from the template text and rendered
-// in C to the same bytes Jinja gives for the family's reference template.
+// chat.c: chat-template families rendered in C to the same bytes Jinja gives
+// for the family's reference template (tests/reference/templates/; detection
+// is in chat_detect.c).
 //
-// The reference template of each family (tests/reference/templates/):
-//   chatml   SmolLM2 / Qwen2 / OpenHermes: "<|im_start|>role\ncontent<|im_end|>\n";
-//            a default system prompt, when the template has one, opens a
-//            conversation that does not start with a system message.
-//   llama2   Llama-2-chat: "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>".
-//   llama3   Llama-3-Instruct: "<|start_header_id|>role<|end_header_id|>\n\n"
-//            + trimmed content + "<|eot_id|>", BOS before the first message.
-//   mistral  Mistral "v1" (Mistral-7B-Instruct-v0.1/v0.2, Mixtral-8x7B after their
-//            2024 update): "<s> [INST] sys\n\nuser [/INST] answer</s>". Other
-//            Mistral templates (v3, v7, the 2023 one) are detected as this family
-//            and rendered as v1, which differs from them in spaces only.
-//   gemma    Gemma 3: "<start_of_turn>user\n" ... "<end_of_turn>\n", assistant
-//            is "model", a system message is merged into the first user turn.
-//   phi3     Phi-3.5-mini: "<|user|>\ncontent<|end|>\n"; an empty system message
-//            is dropped; without a generation prompt the text ends with EOS.
+//   chatml    SmolLM2 / Qwen2 / OpenHermes: "<|im_start|>role\ncontent<|im_end|>\n";
+//             a default system prompt, when the template has one, opens a
+//             conversation that does not start with a system message.
+//   qwen2.5   chatml whose template always opens with a system message (its
+//             default "You are Qwen, ...") and raises on no messages.
+//   qwen3     chatml without a default; an assistant turn after the last user
+//             query shows its reasoning as "<think>\n...\n</think>\n\n", earlier
+//             ones lose their <think> blocks; enable_thinking=false adds an
+//             empty think block after the generation prompt.
+//   phi4      "<|im_start|>role<|im_sep|>content<|im_end|>", no newlines.
+//   llama2    Llama-2-chat: "<s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>".
+//   llama3    Llama-3-Instruct: "<|start_header_id|>role<|end_header_id|>\n\n"
+//             + trimmed content + "<|eot_id|>", BOS before the first message.
+//   llama3.1  Llama 3.1/3.2/3.3: as llama3, but always opens with a system block
+//             "Cutting Knowledge Date: December 2023\nToday Date: DATE\n\n" + the
+//             trimmed system message.
+//   mistral-legacy  "<s>[INST] user [/INST]answer</s>", no system message.
+//   mistral-v1      "<s> [INST] sys\n\nuser [/INST] answer</s>" (system prompt
+//                   with the first user message).
+//   mistral-v3      "<s>[INST] user[/INST] answer</s>", the system prompt with
+//                   the last message when that is a user one, else nowhere.
+//   mistral-v3-tekken  the same without the spaces and trim.
+//   mistral-v7-tekken  "<s>[SYSTEM_PROMPT]sys[/SYSTEM_PROMPT][INST]user[/INST]answer</s>",
+//                   a default system prompt (the template's, with the date).
+//   gemma3    "<start_of_turn>user\n" ... "<end_of_turn>\n", assistant is "model",
+//             a system message is merged into the first user turn.
+//   gemma2    gemma3 without a system message (the template raises on one).
+//   phi3      Phi-3.5-mini: "<|user|>\ncontent<|end|>\n"; an empty system message
+//             is dropped; without a generation prompt the text ends with EOS.
 //
-// BOS: the templates that write bos_token (llama2, llama3, mistral, gemma) need
-// fmt->bos, the vocabulary's BOS text, which the caller fills in after
-// chat_detect()/chat_format_by_name(); rendering refuses an empty one. The
-// result is meant to be tokenized with special tokens parsed and no BOS added.
+// BOS: the templates that write bos_token (llama2, llama3, llama3.1, the
+// mistrals, the gemmas) need fmt->bos, the vocabulary's BOS text, which the
+// caller fills in after chat_detect()/chat_format_by_name(); rendering refuses
+// an empty one. The result is meant to be tokenized with special tokens parsed
+// and no BOS added.
 // EOS: struct chat_format has no EOS field, so the EOS text the llama2 and
-// mistral templates write after an assistant turn is "</s>" (their vocabularies'
-// EOS) and phi3's is "<|endoftext|>" (Phi-3 and Phi-3.5's tokenizer_config).
+// Mistral templates write after an assistant turn is "</s>" (their
+// vocabularies' EOS) and phi3's is "<|endoftext|>" (Phi-3 and Phi-3.5's
+// tokenizer_config).
 //
 // Where a template raises an exception (role order, no messages), rendering
 // fails with a message; where it silently skips a message, so does this code.
@@ -35,155 +52,6 @@
 #include <string.h>
 
 #include "util.h"
-
-#define CHAT_N_FAMILIES 6
-
-static const char *const chat_family_names[CHAT_N_FAMILIES] = {
-    [CHAT_TEMPLATE_CHATML] = "chatml", [CHAT_TEMPLATE_LLAMA2] = "llama2",
-    [CHAT_TEMPLATE_LLAMA3] = "llama3", [CHAT_TEMPLATE_MISTRAL] = "mistral",
-    [CHAT_TEMPLATE_GEMMA] = "gemma",   [CHAT_TEMPLATE_PHI3] = "phi3",
-};
-
-#define CHAT_KNOWN_FAMILIES "chatml, llama2, llama3, mistral, gemma, phi3"
-
-const char *chat_template_name(enum chat_template kind) {
-    if ((unsigned)kind >= CHAT_N_FAMILIES) return "unknown";
-    return chat_family_names[kind];
-}
-
-int chat_format_by_name(const char *name, struct chat_format *out) {
-    ST_ASSERT(out);
-    memset(out, 0, sizeof(*out));
-    for (int i = 0; name && i < CHAT_N_FAMILIES; i++) {
-        if (strcmp(name, chat_family_names[i]) == 0) {
-            out->kind = (enum chat_template)i;
-            return 0;
-        }
-    }
-    return st_fail("chat template family \"%s\" is unknown; known families: " CHAT_KNOWN_FAMILIES,
-                   name ? name : "(null)");
-}
-
-// --- detection ---------------------------------------------------------------
-
-static bool text_has(const char *text, size_t len, const char *needle) {
-    return memmem(text, len, needle, strlen(needle)) != NULL;
-}
-
-// Writes the first ~60 bytes of text into out (cap ≥ 256 bytes), control
-// characters escaped and not cutting a UTF-8 sequence, for error messages.
-static void text_preview(const char *text, size_t len, char *out, size_t cap) {
-    size_t o = 0, i = 0;
-    while (i < len && (i < 60 || ((unsigned char)text[i] & 0xc0) == 0x80) && o + 8 < cap) {
-        unsigned char c = (unsigned char)text[i++];
-        if (c == '\n' || c == '\t' || c == '\r') {
-            out[o++] = '\\';
-            out[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
-        } else if (c == '"' || c == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    if (i < len) memcpy(out + o, "...", 3), o += 3;
-    out[o] = '\0';
-}
-
-// The default system prompt of a chatml template: the text of a string literal
-// '<|im_start|>system\n' DEFAULT '<|im_end|>' in one piece, as SmolLM2's and
-// Qwen2's templates write it for a conversation that does not open with a
-// system message. A run that leaves the literal (its closing quote) or holds
-// template markup is a system message built from variables, not a default.
-// Returns 1 and fills out, 0 when there is none, -1 when it does not fit.
-static int chat_default_system(const char *text, size_t len, char *out, size_t cap) {
-    static const char open[] = "<|im_start|>system";
-    static const char close[] = "<|im_end|>";
-    const char *end = text + len;
-    const char *p = text;
-    while ((p = memmem(p, (size_t)(end - p), open, sizeof(open) - 1)) != NULL) {
-        char quote = p > text ? p[-1] : '\0';
-        p += sizeof(open) - 1;
-        if (quote != '\'' && quote != '"') continue;
-        const char *s = p;
-        if (s < end && *s == '\n') s += 1;
-        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n') s += 2;
-        else continue;
-        const char *e = memmem(s, (size_t)(end - s), close, sizeof(close) - 1);
-        if (!e) return 0;
-        size_t o = 0;
-        bool literal = true;
-        for (const char *q = s; q < e && literal; q++) {
-            char c = *q;
-            if (c == quote) {
-                literal = false;
-            } else if (c == '{' && q + 1 < e && (q[1] == '{' || q[1] == '%' || q[1] == '#')) {
-                literal = false;
-            } else {
-                if (c == '\\' && q + 1 < e) {
-                    q++; // Python/Jinja string-literal escapes
-                    switch (*q) {
-                    case 'n': c = '\n'; break;
-                    case 't': c = '\t'; break;
-                    case 'r': c = '\r'; break;
-                    case '\\': case '\'': case '"': c = *q; break;
-                    default: // unknown escapes stay as written
-                        if (o + 1 < cap) out[o] = '\\';
-                        o++;
-                        c = *q;
-                    }
-                }
-                if (o + 1 < cap) out[o] = c;
-                o++;
-            }
-        }
-        if (!literal || o == 0) continue;
-        if (o >= cap) {
-            out[0] = '\0';
-            return st_fail("chat template: its default system prompt is %zu bytes, longer than the "
-                           "%zu this engine keeps",
-                           o, cap - 1);
-        }
-        out[o] = '\0';
-        return 1;
-    }
-    return 0;
-}
-
-int chat_detect(const char *text, size_t len, struct chat_format *out) {
-    ST_ASSERT(out);
-    memset(out, 0, sizeof(*out));
-    if (!text || len == 0)
-        return st_fail("chat template is empty; choose a family by name (" CHAT_KNOWN_FAMILIES ")");
-    char preview[256];
-    if (text_has(text, len, "<|im_start|>")) {
-        if (text_has(text, len, "<|im_sep|>")) {
-            text_preview(text, len, preview, sizeof(preview));
-            return st_fail("chat template \"%s\" is chatml with <|im_sep|> (Phi-4 style), which is not "
-                           "supported; known families: " CHAT_KNOWN_FAMILIES,
-                           preview);
-        }
-        out->kind = CHAT_TEMPLATE_CHATML;
-        if (chat_default_system(text, len, out->default_system, sizeof(out->default_system)) < 0)
-            return -1;
-    } else if (text_has(text, len, "[INST]")) {
-        out->kind = text_has(text, len, "<<SYS>>") ? CHAT_TEMPLATE_LLAMA2 : CHAT_TEMPLATE_MISTRAL;
-    } else if (text_has(text, len, "<|assistant|>") && text_has(text, len, "<|end|>")) {
-        out->kind = CHAT_TEMPLATE_PHI3;
-    } else if (text_has(text, len, "<|start_header_id|>") && text_has(text, len, "<|end_header_id|>")) {
-        out->kind = CHAT_TEMPLATE_LLAMA3;
-    } else if (text_has(text, len, "<start_of_turn>")) {
-        out->kind = CHAT_TEMPLATE_GEMMA;
-    } else {
-        text_preview(text, len, preview, sizeof(preview));
-        return st_fail("chat template \"%s\" is of no known family (" CHAT_KNOWN_FAMILIES
-                       "); choose one by name",
-                       preview);
-    }
-    return 0;
-}
 
 // --- text helpers ------------------------------------------------------------
 
@@ -273,6 +141,34 @@ static void buf_put_stripped(struct chat_buf *b, const char *s, size_t n) {
     buf_put(b, s, n);
 }
 
+// Python's s.lstrip(chars)/rstrip(chars) for the one character c.
+static void lstrip_char(const char **s, size_t *n, char c) {
+    while (*n > 0 && **s == c) (*s)++, (*n)--;
+}
+static void rstrip_char(const char **s, size_t *n, char c) {
+    while (*n > 0 && (*s)[*n - 1] == c) (*n)--;
+}
+
+// The first/last occurrence of needle in [s, s + n), or NULL.
+static const char *find_first(const char *s, size_t n, const char *needle) {
+    return memmem(s, n, needle, strlen(needle));
+}
+static const char *find_last(const char *s, size_t n, const char *needle) {
+    const char *last = NULL, *p = s;
+    size_t k = strlen(needle);
+    while ((p = memmem(p, n - (size_t)(p - s), needle, k)) != NULL) last = p++;
+    return last;
+}
+
+static bool has_prefix(const char *s, size_t n, const char *prefix) {
+    size_t k = strlen(prefix);
+    return n >= k && memcmp(s, prefix, k) == 0;
+}
+static bool has_suffix(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
 // --- rendering ---------------------------------------------------------------
 
 enum chat_role { CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT };
@@ -285,27 +181,106 @@ struct chat_msg {
 };
 
 // Checks that messages from `start` on alternate user, other, user, ... as the
-// llama2, mistral and gemma templates require (their raise_exception).
+// llama2, Mistral and Gemma templates require (their raise_exception).
 static int chat_check_alternation(enum chat_template kind, const struct chat_msg *m, int n,
                                   int start) {
     for (int i = start; i < n; i++) {
         if ((m[i].role == CHAT_ROLE_USER) != ((i - start) % 2 == 0))
             return st_fail("chat_render: the %s template needs roles to alternate user/assistant "
                            "after an optional first system message, but message %d is %s",
-                           chat_family_names[kind], i, chat_role_names[m[i].role]);
+                           chat_template_name(kind), i, chat_role_names[m[i].role]);
     }
     return 0;
 }
 
+// Refuses a system message after the first, for the templates that raise on one.
+static int chat_check_no_late_system(enum chat_template kind, const struct chat_msg *m, int n) {
+    for (int i = 1; i < n; i++) {
+        if (m[i].role == CHAT_ROLE_SYSTEM)
+            return st_fail("chat_render: the %s template takes a system message only first, but "
+                           "message %d is system",
+                           chat_template_name(kind), i);
+    }
+    return 0;
+}
+
+static void put_chatml(struct chat_buf *b, const struct chat_msg *m) {
+    buf_puts(b, "<|im_start|>");
+    buf_puts(b, chat_role_names[m->role]);
+    buf_puts(b, "\n");
+    buf_put(b, m->text, m->len);
+    buf_puts(b, "<|im_end|>\n");
+}
+
 static void render_chatml(struct chat_buf *b, const struct chat_msg *m, int n, bool gen) {
+    for (int i = 0; i < n; i++) put_chatml(b, &m[i]);
+    if (gen) buf_puts(b, "<|im_start|>assistant\n");
+}
+
+static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
+                         bool enable_thinking) {
+    // The last user message that is not a tool result is the query; the
+    // reasoning of assistant turns after it is kept.
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (m[i].role == CHAT_ROLE_USER && !(has_prefix(m[i].text, m[i].len, "<tool_response>") &&
+                                             has_suffix(m[i].text, m[i].len, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (m[i].role != CHAT_ROLE_ASSISTANT) {
+            put_chatml(b, &m[i]);
+            continue;
+        }
+        // content: after the last </think>; reasoning: before the first one,
+        // after the last <think> in that part.
+        const char *content = m[i].text, *reasoning = "";
+        size_t content_len = m[i].len, reasoning_len = 0;
+        const char *close = find_first(m[i].text, m[i].len, "</think>");
+        if (close) {
+            const char *last_close = find_last(m[i].text, m[i].len, "</think>") + 8;
+            content = last_close;
+            content_len = m[i].len - (size_t)(last_close - m[i].text);
+            lstrip_char(&content, &content_len, '\n');
+            reasoning = m[i].text;
+            reasoning_len = (size_t)(close - m[i].text);
+            rstrip_char(&reasoning, &reasoning_len, '\n');
+            const char *open = find_last(reasoning, reasoning_len, "<think>");
+            if (open) {
+                reasoning_len -= (size_t)(open + 7 - reasoning);
+                reasoning = open + 7;
+            }
+            lstrip_char(&reasoning, &reasoning_len, '\n');
+        }
+        buf_puts(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i == n - 1 || reasoning_len > 0)) {
+            lstrip_char(&reasoning, &reasoning_len, '\n');
+            rstrip_char(&reasoning, &reasoning_len, '\n');
+            lstrip_char(&content, &content_len, '\n');
+            buf_puts(b, "<think>\n");
+            buf_put(b, reasoning, reasoning_len);
+            buf_puts(b, "\n</think>\n\n");
+        }
+        buf_put(b, content, content_len);
+        buf_puts(b, "<|im_end|>\n");
+    }
+    if (gen) {
+        buf_puts(b, "<|im_start|>assistant\n");
+        if (!enable_thinking) buf_puts(b, "<think>\n\n</think>\n\n");
+    }
+}
+
+static void render_phi4(struct chat_buf *b, const struct chat_msg *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
         buf_puts(b, "<|im_start|>");
         buf_puts(b, chat_role_names[m[i].role]);
-        buf_puts(b, "\n");
+        buf_puts(b, "<|im_sep|>");
         buf_put(b, m[i].text, m[i].len);
-        buf_puts(b, "<|im_end|>\n");
+        buf_puts(b, "<|im_end|>");
     }
-    if (gen) buf_puts(b, "<|im_start|>assistant\n");
+    if (gen) buf_puts(b, "<|im_start|>assistant<|im_sep|>");
 }
 
 static int render_llama2(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos) {
@@ -338,28 +313,61 @@ static int render_llama2(struct chat_buf *b, const struct chat_msg *m, int n, co
     return 0;
 }
 
+static void put_llama3_turn(struct chat_buf *b, const char *role, const char *text, size_t len) {
+    buf_puts(b, "<|start_header_id|>");
+    buf_puts(b, role);
+    buf_puts(b, "<|end_header_id|>\n\n");
+    buf_put_stripped(b, text, len);
+    buf_puts(b, "<|eot_id|>");
+}
+
 static void render_llama3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
                           const char *bos) {
     for (int i = 0; i < n; i++) {
         if (i == 0) buf_puts(b, bos);
-        buf_puts(b, "<|start_header_id|>");
-        buf_puts(b, chat_role_names[m[i].role]);
-        buf_puts(b, "<|end_header_id|>\n\n");
-        buf_put_stripped(b, m[i].text, m[i].len);
-        buf_puts(b, "<|eot_id|>");
+        put_llama3_turn(b, chat_role_names[m[i].role], m[i].text, m[i].len);
     }
     if (gen) buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-static int render_mistral(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos) {
+static void render_llama31(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
+                           const struct chat_format *fmt) {
     int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
-    if (chat_check_alternation(CHAT_TEMPLATE_MISTRAL, m, n, start) < 0) return -1;
-    for (int i = start; i < n; i++) {
-        if (m[i].role == CHAT_ROLE_SYSTEM)
-            return st_fail("chat_render: the mistral template takes a system message only first, "
-                           "but message %d is system",
-                           i);
+    buf_puts(b, fmt->bos);
+    buf_puts(b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
+                "2023\nToday Date: ");
+    buf_puts(b, fmt->date_string);
+    buf_puts(b, "\n\n");
+    if (start) buf_put_stripped(b, m[0].text, m[0].len);
+    buf_puts(b, "<|eot_id|>");
+    for (int i = start; i < n; i++) put_llama3_turn(b, chat_role_names[m[i].role], m[i].text, m[i].len);
+    if (gen) buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static int render_mistral_legacy(struct chat_buf *b, const struct chat_msg *m, int n,
+                                 const char *bos) {
+    if (chat_check_alternation(CHAT_TEMPLATE_MISTRAL_LEGACY, m, n, 0) < 0 ||
+        chat_check_no_late_system(CHAT_TEMPLATE_MISTRAL_LEGACY, m, n) < 0)
+        return -1;
+    buf_puts(b, bos);
+    for (int i = 0; i < n; i++) {
+        if (m[i].role == CHAT_ROLE_USER) {
+            buf_puts(b, "[INST] ");
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, " [/INST]");
+        } else {
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "</s>");
+        }
     }
+    return 0;
+}
+
+static int render_mistral_v1(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos) {
+    int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
+    if (chat_check_alternation(CHAT_TEMPLATE_MISTRAL_V1, m, n, start) < 0 ||
+        chat_check_no_late_system(CHAT_TEMPLATE_MISTRAL_V1, m, n) < 0)
+        return -1;
     buf_puts(b, bos);
     for (int i = start; i < n; i++) {
         if (m[i].role == CHAT_ROLE_USER) {
@@ -379,10 +387,68 @@ static int render_mistral(struct chat_buf *b, const struct chat_msg *m, int n, c
     return 0;
 }
 
-static int render_gemma(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
-                        const char *bos) {
+// v3 and v3-tekken: the system prompt joins the last message when it is a
+// user message (a conversation ending with an answer loses it, as the
+// template's "loop.last" does).
+static int render_mistral_v3(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos,
+                             bool tekken) {
+    enum chat_template kind = tekken ? CHAT_TEMPLATE_MISTRAL_V3_TEKKEN : CHAT_TEMPLATE_MISTRAL_V3;
     int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
-    if (chat_check_alternation(CHAT_TEMPLATE_GEMMA, m, n, start) < 0) return -1;
+    if (chat_check_alternation(kind, m, n, start) < 0 || chat_check_no_late_system(kind, m, n) < 0)
+        return -1;
+    buf_puts(b, bos);
+    for (int i = start; i < n; i++) {
+        if (m[i].role == CHAT_ROLE_USER) {
+            buf_puts(b, tekken ? "[INST]" : "[INST] ");
+            if (start && i == n - 1) {
+                buf_put(b, m[0].text, m[0].len);
+                buf_puts(b, "\n\n");
+            }
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "[/INST]");
+        } else if (tekken) {
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "</s>");
+        } else {
+            buf_puts(b, " ");
+            buf_put_stripped(b, m[i].text, m[i].len);
+            buf_puts(b, "</s>");
+        }
+    }
+    return 0;
+}
+
+// v7-tekken: the first message, when system (the default prompt is one by
+// now), is the [SYSTEM_PROMPT] block; later system messages are blocks where
+// they stand, counted as the assistant's side of the alternation.
+static int render_mistral_v7(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos) {
+    int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
+    if (chat_check_alternation(CHAT_TEMPLATE_MISTRAL_V7_TEKKEN, m, n, start) < 0) return -1;
+    buf_puts(b, bos);
+    for (int i = 0; i < n; i++) {
+        if (m[i].role == CHAT_ROLE_SYSTEM) {
+            buf_puts(b, "[SYSTEM_PROMPT]");
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "[/SYSTEM_PROMPT]");
+        } else if (m[i].role == CHAT_ROLE_USER) {
+            buf_puts(b, "[INST]");
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "[/INST]");
+        } else {
+            buf_put(b, m[i].text, m[i].len);
+            buf_puts(b, "</s>");
+        }
+    }
+    return 0;
+}
+
+static int render_gemma(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
+                        const char *bos, enum chat_template kind) {
+    int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
+    if (start && kind == CHAT_TEMPLATE_GEMMA2)
+        return st_fail("chat_render: the gemma2 template does not take a system message (\"System "
+                       "role not supported\"); leave it out or put it in the first user message");
+    if (chat_check_alternation(kind, m, n, start) < 0) return -1;
     buf_puts(b, bos);
     for (int i = start; i < n; i++) {
         buf_puts(b, "<start_of_turn>");
@@ -410,48 +476,89 @@ static void render_phi3(struct chat_buf *b, const struct chat_msg *m, int n, boo
     buf_puts(b, gen ? "<|assistant|>\n" : "<|endoftext|>");
 }
 
+// Whether the family's template writes bos_token.
+static bool family_writes_bos(enum chat_template kind) {
+    switch (kind) {
+    case CHAT_TEMPLATE_LLAMA2:
+    case CHAT_TEMPLATE_LLAMA3:
+    case CHAT_TEMPLATE_LLAMA31:
+    case CHAT_TEMPLATE_MISTRAL_LEGACY:
+    case CHAT_TEMPLATE_MISTRAL_V1:
+    case CHAT_TEMPLATE_MISTRAL_V3:
+    case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
+    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN:
+    case CHAT_TEMPLATE_GEMMA2:
+    case CHAT_TEMPLATE_GEMMA3: return true;
+    default: return false;
+    }
+}
+
+// Whether the family's template raises on an empty conversation (it reads
+// messages[0] unguarded, or checks for one).
+static bool family_needs_messages(enum chat_template kind) {
+    switch (kind) {
+    case CHAT_TEMPLATE_QWEN25:
+    case CHAT_TEMPLATE_QWEN3:
+    case CHAT_TEMPLATE_LLAMA2:
+    case CHAT_TEMPLATE_LLAMA31:
+    case CHAT_TEMPLATE_MISTRAL_V1:
+    case CHAT_TEMPLATE_MISTRAL_V3:
+    case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
+    case CHAT_TEMPLATE_GEMMA2:
+    case CHAT_TEMPLATE_GEMMA3: return true;
+    default: return false;
+    }
+}
+
 char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs, int n,
                   bool add_generation_prompt) {
     ST_ASSERT(fmt);
-    if ((unsigned)fmt->kind >= CHAT_N_FAMILIES) {
+    if ((unsigned)fmt->kind >= CHAT_TEMPLATE_COUNT) {
         st_fail("chat_render: chat format kind %d is not a known family", (int)fmt->kind);
         return NULL;
     }
     enum chat_template kind = fmt->kind;
-    const char *family = chat_family_names[kind];
+    const char *family = chat_template_name(kind);
     if (n < 0 || (n > 0 && !msgs)) {
         st_fail("chat_render: %d messages at %p", n, (const void *)msgs);
         return NULL;
     }
     if (memchr(fmt->bos, '\0', sizeof(fmt->bos)) == NULL ||
-        memchr(fmt->default_system, '\0', sizeof(fmt->default_system)) == NULL) {
-        st_fail("chat_render: fmt->bos or fmt->default_system is not NUL-terminated");
+        memchr(fmt->default_system, '\0', sizeof(fmt->default_system)) == NULL ||
+        memchr(fmt->date_string, '\0', sizeof(fmt->date_string)) == NULL) {
+        st_fail("chat_render: fmt->bos, fmt->default_system or fmt->date_string is not "
+                "NUL-terminated");
         return NULL;
     }
-    bool writes_bos = kind == CHAT_TEMPLATE_LLAMA2 || kind == CHAT_TEMPLATE_LLAMA3 ||
-                      kind == CHAT_TEMPLATE_MISTRAL || kind == CHAT_TEMPLATE_GEMMA;
-    if (writes_bos && fmt->bos[0] == '\0') {
+    if (family_writes_bos(kind) && fmt->bos[0] == '\0') {
         st_fail("chat_render: the %s template writes BOS but fmt->bos is empty; set it to the "
                 "vocabulary's BOS text",
                 family);
         return NULL;
     }
-    bool needs_messages = kind == CHAT_TEMPLATE_LLAMA2 || kind == CHAT_TEMPLATE_MISTRAL ||
-                          kind == CHAT_TEMPLATE_GEMMA;
-    if (needs_messages && n == 0) {
+    if (kind == CHAT_TEMPLATE_LLAMA31 && fmt->date_string[0] == '\0') {
+        st_fail("chat_render: the llama3.1 template shows a date but fmt->date_string is empty");
+        return NULL;
+    }
+    if (family_needs_messages(kind) && n == 0) {
         st_fail("chat_render: the %s template needs at least one message", family);
         return NULL;
     }
 
     // The messages as roles and lengths, after the default system prompt that
-    // opens a conversation whose first message is not a system one.
-    bool add_default = fmt->default_system[0] && n > 0;
+    // opens a conversation whose first message is not a system one (Mistral
+    // v7's template shows its default even for no messages).
+    bool add_default =
+        fmt->default_system[0] && (n > 0 || kind == CHAT_TEMPLATE_MISTRAL_V7_TEKKEN);
     struct chat_msg *m = calloc((size_t)n + 1, sizeof(*m));
     if (!m) {
         st_fail("chat_render: out of memory for %d messages", n);
         return NULL;
     }
     int count = 0;
+    if (add_default && (n == 0 || !msgs[0].role || strcmp(msgs[0].role, "system") != 0))
+        m[count++] =
+            (struct chat_msg){CHAT_ROLE_SYSTEM, fmt->default_system, strlen(fmt->default_system)};
     for (int i = 0; i < n; i++) {
         const char *role = msgs[i].role ? msgs[i].role : "(null)";
         int r = -1;
@@ -467,22 +574,32 @@ char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs
             free(m);
             return NULL;
         }
-        if (i == 0 && add_default && r != CHAT_ROLE_SYSTEM)
-            m[count++] = (struct chat_msg){CHAT_ROLE_SYSTEM, fmt->default_system,
-                                           strlen(fmt->default_system)};
         m[count++] = (struct chat_msg){(enum chat_role)r, msgs[i].content, strlen(msgs[i].content)};
     }
 
     struct chat_buf b = {0};
     buf_put(&b, "", 0); // an empty rendering is "", not NULL
+    const bool gen = add_generation_prompt;
     int rc = 0;
     switch (kind) {
-    case CHAT_TEMPLATE_CHATML: render_chatml(&b, m, count, add_generation_prompt); break;
+    case CHAT_TEMPLATE_CHATML:
+    case CHAT_TEMPLATE_QWEN25: render_chatml(&b, m, count, gen); break;
+    case CHAT_TEMPLATE_QWEN3: render_qwen3(&b, m, count, gen, fmt->enable_thinking); break;
+    case CHAT_TEMPLATE_PHI4: render_phi4(&b, m, count, gen); break;
     case CHAT_TEMPLATE_LLAMA2: rc = render_llama2(&b, m, count, fmt->bos); break;
-    case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, m, count, add_generation_prompt, fmt->bos); break;
-    case CHAT_TEMPLATE_MISTRAL: rc = render_mistral(&b, m, count, fmt->bos); break;
-    case CHAT_TEMPLATE_GEMMA: rc = render_gemma(&b, m, count, add_generation_prompt, fmt->bos); break;
-    case CHAT_TEMPLATE_PHI3: render_phi3(&b, m, count, add_generation_prompt); break;
+    case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, m, count, gen, fmt->bos); break;
+    case CHAT_TEMPLATE_LLAMA31: render_llama31(&b, m, count, gen, fmt); break;
+    case CHAT_TEMPLATE_MISTRAL_LEGACY: rc = render_mistral_legacy(&b, m, count, fmt->bos); break;
+    case CHAT_TEMPLATE_MISTRAL_V1: rc = render_mistral_v1(&b, m, count, fmt->bos); break;
+    case CHAT_TEMPLATE_MISTRAL_V3: rc = render_mistral_v3(&b, m, count, fmt->bos, false); break;
+    case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
+        rc = render_mistral_v3(&b, m, count, fmt->bos, true);
+        break;
+    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN: rc = render_mistral_v7(&b, m, count, fmt->bos); break;
+    case CHAT_TEMPLATE_GEMMA2:
+    case CHAT_TEMPLATE_GEMMA3: rc = render_gemma(&b, m, count, gen, fmt->bos, kind); break;
+    case CHAT_TEMPLATE_PHI3: render_phi3(&b, m, count, gen); break;
+    case CHAT_TEMPLATE_COUNT: ST_ASSERT(0); break;
     }
     free(m);
     if (rc == 0 && b.oom) rc = st_fail("chat_render: out of memory for the %s prompt", family);

@@ -3,41 +3,61 @@
 transformers does, and writes what they produce to tests/fixtures/chat_<name>.txt
 for tests/test_chat.c.
 
-Sources of the template texts (tokenizer_config.json "chat_template", JSON-decoded):
+Sources of the template texts (the model's tokenizer_config.json "chat_template",
+JSON-decoded, or the GGUF's tokenizer.chat_template; several were taken from the
+copies llama.cpp keeps in models/templates/, which its scripts/get_chat_template.py
+fetches from the Hugging Face repositories named here):
   chatml_smollm2     HuggingFaceTB/SmolLM2-135M-Instruct (the test model's GGUF,
                      key tokenizer.chat_template)
   chatml_qwen2       Qwen/Qwen2-7B-Instruct
   chatml_openhermes  teknium/OpenHermes-2.5-Mistral-7B
+  qwen2_5_instruct   Qwen/Qwen2.5-7B-Instruct
+  qwen3              Qwen/Qwen3-0.6B (the Qwen3 family's template)
+  phi4               microsoft/phi-4 as its GGUF (microsoft/phi-4-gguf) carries it;
+                     the tokenizer_config.json of microsoft/phi-4 now wraps the
+                     assistant content in {% generation %}, which renders the same
   llama2_chat        meta-llama/Llama-2-7b-chat-hf
   llama3_instruct    meta-llama/Meta-Llama-3-8B-Instruct
+  llama3_1_instruct  meta-llama/Llama-3.1-8B-Instruct (Llama-3.3-70B-Instruct's is
+                     the same text)
+  llama3_2_instruct  meta-llama/Llama-3.2-3B-Instruct (its date comes from
+                     strftime_now, which transformers and llama.cpp define)
   mistral_v1         mistralai/Mistral-7B-Instruct-v0.2 (same text as v0.1 and
                      Mixtral-8x7B-Instruct-v0.1 after their 2024 update)
   mistral_legacy     the earlier Mistral-7B-Instruct / Mixtral template, still
-                     embedded in many GGUF files (detection only: strata renders v1)
-  gemma2_it          google/gemma-2-2b-it (raises on a system message; strata
-                     merges it as Gemma 3 does, so system cases are not compared)
+                     embedded in many GGUF files
+  mistral_v3         mistralai/Mistral-7B-Instruct-v0.3
+  mistral_v3_tekken  mistralai/Mistral-Nemo-Instruct-2407
+  mistral_v7_tekken  mistralai/Mistral-Small-3.2-24B-Instruct-2506
+  gemma2_it          google/gemma-2-2b-it (raises on a system message)
   gemma3_it          google/gemma-3-*-it
   phi3_5_mini        microsoft/Phi-3.5-mini-instruct
 
 The environment is transformers' (ImmutableSandboxedEnvironment, trim_blocks,
-lstrip_blocks, loopcontrols, raise_exception); when transformers is installed
-every rendering is also checked against its render_jinja_template().
+lstrip_blocks, loopcontrols, raise_exception, strftime_now); when transformers
+is installed every rendering is also checked against its render_jinja_template().
+strftime_now reads a fixed clock (TODAY) so that the fixtures do not change
+from day to day; the test detects the templates with the same date.
 
 Fixture format, one item per line, strings as lowercase hex of their UTF-8
 bytes ("-" for the empty string):
+  today <YYYY-MM-DD>     the date strftime_now returned
   template <file name in tests/reference/templates/>
-  family <chatml|llama2|llama3|mistral|gemma|phi3>
+  family <the strata family name chat_detect must give>
   bos <hex>              the bos_token text the cases were rendered with
   eos <hex>
   default_system <hex>   what chat_detect must extract
   render <0|1>           0: detection only, no cases follow
-  case <add_generation_prompt 0|1> <number of messages>
+  case <add_generation_prompt 0|1> <number of messages> <enable_thinking: -|0|1>
+                         ("-": the variable was not passed)
   msg <role> <hex content>      (that many lines)
   expect <hex>   or   raises    (Jinja raised an exception)
 
 Usage: python3 tests/reference/chat_reference.py  (from the repository root).
-The random conversations come from a fixed seed, so the output is reproducible.
+The random conversations come from a fixed seed per template, so the output is
+reproducible and adding a template leaves the other fixtures as they were.
 """
+import datetime
 import os
 import random
 import sys
@@ -50,19 +70,47 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "templates")
 FIXTURES = os.path.join(HERE, "..", "fixtures")
 
-# name, family, bos, eos, default system prompt, render (False: detection only)
+TODAY = datetime.datetime(2025, 3, 4, 9, 30)  # a day below 10 shows the zero padding
+SEED = 20240601
+
+
+def strftime_now(fmt):
+    return TODAY.strftime(fmt)
+
+
+def v7_default(text, bos, eos):
+    """Mistral Small 3.2's default system prompt, as its template renders it for
+    a conversation without a system message."""
+    out = render(make_env(), text, [], False, bos, eos, None)
+    head, tail = bos + "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"
+    assert out.startswith(head) and out.endswith(tail), out
+    return out[len(head):-len(tail)]
+
+
+QWEN = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+SMOL = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+# name, family, bos, eos, default system prompt (or a function of the template
+# text, bos and eos), render (False: detection only), thinking modes to render
 TEMPLATE_TABLE = [
-    ("chatml_smollm2", "chatml", "<|im_start|>", "<|im_end|>",
-     "You are a helpful AI assistant named SmolLM, trained by Hugging Face", True),
-    ("chatml_qwen2", "chatml", "", "<|im_end|>", "You are a helpful assistant.", True),
-    ("chatml_openhermes", "chatml", "<s>", "<|im_end|>", "", True),
-    ("llama2_chat", "llama2", "<s>", "</s>", "", True),
-    ("llama3_instruct", "llama3", "<|begin_of_text|>", "<|eot_id|>", "", True),
-    ("mistral_v1", "mistral", "<s>", "</s>", "", True),
-    ("mistral_legacy", "mistral", "<s>", "</s>", "", False),
-    ("gemma2_it", "gemma", "<bos>", "<eos>", "", True),
-    ("gemma3_it", "gemma", "<bos>", "<eos>", "", True),
-    ("phi3_5_mini", "phi3", "<s>", "<|endoftext|>", "", True),
+    ("chatml_smollm2", "chatml", "<|im_start|>", "<|im_end|>", SMOL, True, [None]),
+    ("chatml_qwen2", "chatml", "", "<|im_end|>", "You are a helpful assistant.", True, [None]),
+    ("chatml_openhermes", "chatml", "<s>", "<|im_end|>", "", True, [None]),
+    ("qwen2_5_instruct", "qwen2.5", "", "<|im_end|>", QWEN, True, [None]),
+    ("qwen3", "qwen3", "", "<|im_end|>", "", True, [None, True, False]),
+    ("phi4", "phi4", "<|endoftext|>", "<|im_end|>", "", True, [None]),
+    ("llama2_chat", "llama2", "<s>", "</s>", "", True, [None]),
+    ("llama3_instruct", "llama3", "<|begin_of_text|>", "<|eot_id|>", "", True, [None]),
+    ("llama3_1_instruct", "llama3.1", "<|begin_of_text|>", "<|eot_id|>", "", True, [None]),
+    ("llama3_2_instruct", "llama3.1", "<|begin_of_text|>", "<|eot_id|>", "", True, [None]),
+    ("mistral_v1", "mistral-v1", "<s>", "</s>", "", True, [None]),
+    ("mistral_legacy", "mistral-legacy", "<s>", "</s>", "", True, [None]),
+    ("mistral_v3", "mistral-v3", "<s>", "</s>", "", True, [None]),
+    ("mistral_v3_tekken", "mistral-v3-tekken", "<s>", "</s>", "", True, [None]),
+    ("mistral_v7_tekken", "mistral-v7-tekken", "<s>", "</s>", v7_default, True, [None]),
+    ("gemma2_it", "gemma2", "<bos>", "<eos>", "", True, [None]),
+    ("gemma3_it", "gemma3", "<bos>", "<eos>", "", True, [None]),
+    ("phi3_5_mini", "phi3", "<s>", "<|endoftext|>", "", True, [None]),
 ]
 
 # Every character Python's str.strip() (and so Jinja's trim) removes, and some
@@ -77,6 +125,12 @@ SNIPPETS = [
     "Line one\nLine two\n\nLine four", "{{ not jinja }} {% raw %} {x} }}{{",
     "Ünïcödé — 日本語 🙂", "' \" \\ \\n <s> </s> [INST] <|im_end|>",
     "", " ", "\n\n", "tab\tinside", "You are a terse assistant.",
+    # reasoning blocks, which the Qwen3 template takes apart in assistant turns
+    "<think>\nLet me see.\n</think>\n\nThe answer.", "<think>a</think>b</think>\n\nc",
+    "\n\n<think>\n\n x \n\n</think>\n\n\n y \n", "no open tag</think>after",
+    "<think>only an open tag", "<think></think>", "</think>", "x<think>\ny<think>z\n</think>w",
+    # tool results, which the Qwen3 template does not count as the user's query
+    "<tool_response>\n42\n</tool_response>", "<tool_response>half",
 ]
 
 
@@ -87,6 +141,7 @@ def make_env():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     return env
 
 
@@ -96,18 +151,21 @@ except Exception:  # transformers missing: the plain Jinja environment alone
     render_jinja_template = None
 
 
-def render(env, text, msgs, add_gen, bos, eos):
+def render(env, text, msgs, add_gen, bos, eos, think):
     """The rendered string, or None when the template raises."""
+    extra = {} if think is None else {"enable_thinking": think}
+    # strftime_now as a variable overrides transformers' global of that name
+    extra["strftime_now"] = strftime_now
     try:
         out = env.from_string(text).render(messages=msgs, add_generation_prompt=add_gen,
-                                           bos_token=bos, eos_token=eos)
+                                           bos_token=bos, eos_token=eos, **extra)
     except jinja2.exceptions.TemplateError:
         out = None
     if render_jinja_template is not None:
         try:
             hf, _ = render_jinja_template(conversations=[msgs], chat_template=text,
                                           add_generation_prompt=add_gen,
-                                          bos_token=bos, eos_token=eos)
+                                          bos_token=bos, eos_token=eos, **extra)
             hf = hf[0]
         except jinja2.exceptions.TemplateError:
             hf = None
@@ -126,6 +184,7 @@ def m(role, content):
 
 def fixed_conversations():
     sys_ = m("system", "You are a helpful assistant")
+    think = "<think>\nI should greet.\n</think>\n\nHi there"
     return [
         [m("user", "Hello")],
         [sys_, m("user", "Hello")],
@@ -144,6 +203,15 @@ def fixed_conversations():
         [sys_, m("user", "a"), m("system", "late system"), m("user", "b")],
         [sys_, m("system", "second system"), m("user", "a")],
         [m("user", "a"), m("assistant", "b"), m("system", "mid")],
+        # a finished exchange: the system prompt of some templates goes with the
+        # last user message, of others with the first
+        [sys_, m("user", "Hello"), m("assistant", "Hi there")],
+        # reasoning in earlier and in the last assistant turns
+        [m("user", "Hello"), m("assistant", think), m("user", "And now?"),
+         m("assistant", "<think>\nHmm.\n</think>\n\nNow.")],
+        [sys_, m("user", "Hello"), m("assistant", think), m("user", "Again")],
+        [m("user", "Hello"), m("assistant", think)],
+        [m("user", "<tool_response>\nresult\n</tool_response>"), m("assistant", think)],
     ]
 
 
@@ -170,29 +238,38 @@ def random_conversation(rng, allow_system):
 
 def main():
     env = make_env()
-    rng = random.Random(20240601)
-    for name, family, bos, eos, default_system, do_render in TEMPLATE_TABLE:
+    for name, family, bos, eos, default_system, do_render, thinks in TEMPLATE_TABLE:
         with open(os.path.join(TEMPLATES, name + ".jinja"), encoding="utf-8") as f:
             text = f.read()
+        if callable(default_system):
+            default_system = default_system(text, bos, eos)
+        rng = random.Random("%d:%s" % (SEED, name))
         lines = ["# generated by tests/reference/chat_reference.py; do not edit",
-                 "template %s.jinja" % name, "family " + family, "bos " + hexs(bos),
+                 "today " + TODAY.strftime("%Y-%m-%d"), "template %s.jinja" % name,
+                 "family " + family, "bos " + hexs(bos),
                  "eos " + hexs(eos), "default_system " + hexs(default_system),
                  "render %d" % do_render]
         if do_render:
+            # Gemma 2 raises on any system message, so its random conversations
+            # have none, to leave more cases that render.
             allow_system = name != "gemma2_it"
-            convs = [c for c in fixed_conversations()
-                     if allow_system or all(x["role"] != "system" for x in c)]
-            convs += [random_conversation(rng, allow_system) for _ in range(40)]
+            convs = fixed_conversations() + [random_conversation(rng, allow_system)
+                                             for _ in range(40)]
             for msgs in convs:
                 for add_gen in (False, True):
-                    out = render(env, text, msgs, add_gen, bos, eos)
-                    lines.append("case %d %d" % (add_gen, len(msgs)))
-                    lines += ["msg %s %s" % (x["role"], hexs(x["content"])) for x in msgs]
-                    lines.append("raises" if out is None else "expect " + hexs(out))
+                    for think in thinks:
+                        out = render(env, text, msgs, add_gen, bos, eos, think)
+                        lines.append("case %d %d %s" % (add_gen, len(msgs),
+                                                        "-" if think is None else int(think)))
+                        lines += ["msg %s %s" % (x["role"], hexs(x["content"])) for x in msgs]
+                        lines.append("raises" if out is None else "expect " + hexs(out))
         path = os.path.join(FIXTURES, "chat_%s.txt" % name)
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        print("wrote", os.path.relpath(path), len(lines), "lines")
+        n_cases = sum(1 for x in lines if x.startswith("case "))
+        n_raise = sum(1 for x in lines if x == "raises")
+        print("wrote %s: %d cases, %d rendered, %d raise" %
+              (os.path.relpath(path), n_cases, n_cases - n_raise, n_raise))
 
 
 if __name__ == "__main__":
