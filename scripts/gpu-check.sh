@@ -8,6 +8,9 @@
 #   3. compute-sanitizer memcheck over the op harness's GPU cases;
 #   4. model parity: GPU logits and greedy tokens against the CPU backends, on
 #      the test model when present and on a synthetic model of its shape;
+#      every architecture's F32 test model against llama.cpp's logits (files
+#      written by tests/reference/oracle_files.py into ORACLE_DIR), and each
+#      architecture in Q8_0 from strata synth against the CPU backends;
 #   5. benchmarks: the read-bandwidth ceiling and matrix x vector GB/s as a
 #      fraction of it, both builds (and, with NCU=1, kernel profiles).
 # Full logs go to LOGDIR; a short table is printed last. Exit status 0 when
@@ -18,7 +21,8 @@
 # build/gpu-native and build/gpu-portable), SKIP_BUILD=1 to use binaries already
 # there when they run, STRATA_TEST_MODEL (default the test model path),
 # SKIP_PERF=1, SKIP_MEMCHECK=1, MEMCHECK_TIMEOUT (seconds, default 300), NCU=1
-# to profile one product of each target type with Nsight Compute.
+# to profile one product of each target type with Nsight Compute, ORACLE_DIR
+# (default build/oracle).
 set -u
 LOG=${1:?usage: scripts/gpu-check.sh LOGDIR}
 mkdir -p "$LOG"
@@ -64,7 +68,8 @@ build() { # name, build dir, extra make arguments
     fi
     t0=$(date +%s)
     if make -f "$MAKEFILE" GPU=cuda CUDA_ARCH="$CUDA_ARCH" BUILD="$dir" "$@" -j"$JOBS" \
-        "$dir/strata" "$dir/tests/test_ops" "$dir/tests/tool_parity" >"$LOG/build-$name.log" 2>&1; then
+        "$dir/strata" "$dir/tests/test_ops" "$dir/tests/tool_parity" "$dir/tests/tool_logits" \
+        >"$LOG/build-$name.log" 2>&1; then
         row "build $name" ok "$CUDA_ARCH, $(($(date +%s) - t0)) s"
     else
         row "build $name" FAIL "see build-$name.log"
@@ -138,6 +143,32 @@ if "$NATIVE/strata" synth -o "$SYNTH" --shape smollm2-135m --type Q4_0 --embd-ty
 else
     row "parity synth" FAIL "strata synth failed, see synth.log"
 fi
+
+# every architecture: the F32 test models against llama.cpp's own logits, then
+# each architecture in Q8_0 held to the fast CPU path (no further from the
+# float reference than it, greedy tokens equal up to a near-tie)
+ORACLE=${ORACLE_DIR:-build/oracle}
+if [ -f "$ORACLE/manifest.txt" ]; then
+    while read -r name toks bound; do
+        if "$NATIVE/tests/tool_logits" "$ORACLE/$name.gguf" --tokens "$toks" --backend cuda \
+            --compare "$ORACLE/$name.logits" --max-nmse "$bound" >"$LOG/arch-$name.log" 2>&1; then
+            row "arch $name" ok "$(grep -o 'worst NMSE [^ ]* (max [^)]*)' "$LOG/arch-$name.log")"
+        else
+            row "arch $name" FAIL "$(tail -n 1 "$LOG/arch-$name.log" | cut -c1-90)"
+        fi
+    done <"$ORACLE/manifest.txt"
+else
+    row "arch oracle" FAIL "no $ORACLE/manifest.txt (tests/reference/oracle_files.py writes it)"
+fi
+for a in llama qwen2 qwen2moe qwen3 qwen3moe gemma2 gemma3 phi3; do
+    if "$NATIVE/strata" synth --arch "$a" --type Q8_0 --dim 256 --ff 512 --layers 4 \
+        -o "$LOG/synth-$a.gguf" >>"$LOG/synth.log" 2>&1; then
+        parity "q8_0-$a" "$LOG/synth-$a.gguf" 16 -a cpu -b cuda -r cpu-ref
+        rm -f "$LOG/synth-$a.gguf"
+    else
+        row "parity q8_0-$a" FAIL "strata synth --arch $a failed, see synth.log"
+    fi
+done
 
 # --- 5. benchmarks ------------------------------------------------------------------------
 if [ "${SKIP_PERF:-0}" != 1 ]; then

@@ -2,12 +2,18 @@
 // them with another implementation (tests/test_archs.py against llama.cpp).
 //
 //   tool_logits MODEL --tokens 1,2,3 [--backend NAME] [--out FILE] [--greedy N] [-b N]
+//               [--compare FILE --max-nmse X]
 //
 // Runs the tokens as one prompt (in batches of -b, default all at once) and
 // writes the logits of every position to FILE as little-endian float32
 // (n_tokens, n_vocab). With --greedy N it then continues greedily for N
 // tokens and prints "greedy id id ..." and, per step, the margin between the
-// two largest logits ("margins m m ..."). Exit status 0, or 1 with a message.
+// two largest logits ("margins m m ..."). With --compare it reads another
+// implementation's logits in the same layout (tests/reference/oracle_files.py
+// writes llama.cpp's), prints each position's NMSE (Σ(s-r)²/Σr²) and the
+// worst, and fails when the worst exceeds --max-nmse or a position's top
+// token differs where the file's own top-two margin exceeds twice the largest
+// logit difference. Exit status 0, 1 on failure or error, 2 on bad usage.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,21 +57,71 @@ static int parse_tokens(const char *s, int32_t **out) {
     return n;
 }
 
+// Compares logits (n, V) with the float32 file at path. Prints per-position
+// NMSE; returns 0 when within max_nmse with the top tokens agreeing where the
+// file's margin decides, 1 when not, -1 with a message when the file is unfit.
+static int compare(const char *path, const float *logits, int n, int V, double max_nmse) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_fail("cannot open %s", path);
+    float *ref = st_xmalloc(sizeof(float) * (size_t)n * V);
+    const size_t got = fread(ref, sizeof(float) * (size_t)V, (size_t)n, f);
+    const int extra = fgetc(f);
+    fclose(f);
+    if (got != (size_t)n || extra != EOF) {
+        free(ref);
+        return st_fail("%s does not hold %d rows of %d float32 logits", path, n, V);
+    }
+    double worst = 0, max_diff = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) max_diff = fmax(max_diff, fabs((double)logits[i] - ref[i]));
+    int decided = 0, agree = 0;
+    printf("nmse");
+    for (int p = 0; p < n; p++) {
+        const float *a = logits + (size_t)p * V, *r = ref + (size_t)p * V;
+        double se = 0, sr = 0;
+        for (int v = 0; v < V; v++) {
+            se += ((double)a[v] - r[v]) * ((double)a[v] - r[v]);
+            sr += (double)r[v] * r[v];
+        }
+        const double nmse = sr > 0 ? se / sr : se;
+        printf(" %.3g", nmse);
+        if (!(nmse <= worst)) worst = isnan(nmse) ? INFINITY : nmse;
+        const int top = sampler_argmax(r, V);
+        double second = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (v != top && r[v] > second) second = r[v];
+        if (r[top] - second > 2 * max_diff) {
+            decided++;
+            agree += sampler_argmax(a, V) == top;
+        }
+    }
+    const int ok = worst <= max_nmse && agree == decided;
+    printf("\ncompare %s: worst NMSE %.3g (max %.3g), largest |diff| %.3g, top token agrees at %d "
+           "of %d decided positions: %s\n",
+           path, worst, max_nmse, max_diff, agree, decided, ok ? "ok" : "FAIL");
+    free(ref);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
-    const char *path = NULL, *tokens_arg = NULL, *backend = "cpu", *out_path = NULL;
+    const char *path = NULL, *tokens_arg = NULL, *backend = "cpu", *out_path = NULL,
+               *cmp_path = NULL;
     int n_greedy = 0, n_batch = 0;
+    double max_nmse = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_arg = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
         else if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-b") && i + 1 < argc) n_batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--compare") && i + 1 < argc) cmp_path = argv[++i];
+        else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc) max_nmse = atof(argv[++i]);
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else return usage();
     }
     int32_t *toks = NULL;
     const int n = tokens_arg ? parse_tokens(tokens_arg, &toks) : -1;
-    if (!path || n < 1 || n_greedy < 0 || n_batch < 0) return usage();
+    if (!path || n < 1 || n_greedy < 0 || n_batch < 0 || (cmp_path && !(max_nmse >= 0)))
+        return usage();
     if (n_batch == 0 || n_batch > n) n_batch = n;
     struct model *m;
     if (model_load(path, &m)) {
@@ -94,6 +150,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tool_logits: cannot write %s\n", out_path);
             return 1;
         }
+    }
+    int status = 0;
+    if (cmp_path && (status = compare(cmp_path, logits, n, V, max_nmse)) < 0) {
+        fprintf(stderr, "tool_logits: %s\n", st_last_error());
+        return 1;
     }
     if (n_greedy > 0) {
         float *last = st_xmalloc(sizeof(float) * (size_t)V);
@@ -124,5 +185,5 @@ int main(int argc, char **argv) {
     context_free(c);
     be->free(be);
     model_free(m);
-    return 0;
+    return status;
 }
