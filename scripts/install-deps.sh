@@ -1,14 +1,17 @@
 #!/bin/sh
 # Installs what building Strata needs from Debian 12's packages, skipping what
 # is already there; with --test, also what the tests drive (headless Chromium
-# and its driver from Debian, the openai and selenium packages from PyPI).
+# and its driver from Debian; from PyPI the openai and selenium packages, and
+# llama-cpp-python, numpy and gguf: llama.cpp as an independent oracle, built
+# from source for the CPU, with cmake and g++ from Debian).
 # Runs apt-get through sudo when not root.
 set -eu
 PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev python3 python3-pip ca-certificates"
 PY=""
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS chromium chromium-driver"
-    PY="openai selenium"
+    PKGS="$PKGS chromium chromium-driver cmake g++"
+    # module=package: a module that already imports costs nothing
+    PY="openai=openai selenium=selenium numpy=numpy gguf=gguf llama_cpp=llama-cpp-python==0.3.36"
 elif [ -n "${1:-}" ]; then
     echo "usage: $0 [--test]" >&2
     exit 2
@@ -24,9 +27,13 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-for m in $PY; do
+for mp in $PY; do
+    m=${mp%%=*}
+    p=${mp#*=}
     python3 -c "import $m" 2>/dev/null && continue
-    echo "installing python package: $m" >&2
+    echo "installing python package: $p" >&2
+    # llama-cpp-python builds llama.cpp from source: the CPU backend only
+    export CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF"
     # Debian's own python refuses user installs without this flag (PEP 668)
-    python3 -m pip install -q "$m" 2>/dev/null || python3 -m pip install -q --break-system-packages "$m"
+    python3 -m pip install -q "$p" 2>/dev/null || python3 -m pip install -q --break-system-packages "$p"
 done

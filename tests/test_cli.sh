@@ -58,6 +58,42 @@ expect synth_bad_width 1 "not a multiple of" -- synth -o "$tmp/s.gguf" --dim 80 
 expect synth_and_run 0 "generated 4 tokens" -- run -m "$tmp/tiny.gguf" -p "hello" -n 4 --temp 0
 expect bench_tiny 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1
 
+# perplexity on the tiny model: a text of about 1,100 byte-level tokens
+i=0
+while [ $i -lt 12 ]; do
+    echo "Line $i of a plain text that the tiny model scores; it has letters, digits 0123 and punctuation." >>"$tmp/text.txt"
+    i=$((i + 1))
+done
+head -c 24 "$tmp/text.txt" >"$tmp/short.txt"
+"$BIN" synth -o "$tmp/untied.gguf" --untied >/dev/null 2>&1
+expect ppl_help 0 "kl-divergence-base" -- perplexity --help
+expect ppl_no_text 2 "no text given: use -f" -- perplexity -m "$tmp/tiny.gguf"
+expect ppl_kld_needs_base 2 "needs the base file" -- perplexity -m "$tmp/tiny.gguf" --kl-divergence
+expect ppl_sampler_flag 2 "unknown option '--temp'" -- perplexity -m "$tmp/tiny.gguf" -f "$tmp/text.txt" --temp 0
+expect ppl_tiny_ctx 2 "-c 2 is too small" -- perplexity -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -c 2
+expect ppl_missing_text 1 "cannot open the text .*nope.txt" -- perplexity -m "$tmp/tiny.gguf" -f "$tmp/nope.txt" -c 16
+expect ppl_short_text 1 "has [0-9]+ tokens, too few for one chunk of -c 64.*use -c [0-9]+ or less" -- \
+    perplexity -m "$tmp/tiny.gguf" -f "$tmp/short.txt" -c 64
+expect ppl_ctx_above_model 1 "larger than the model's context of 2048 tokens; use -c 2048 or less" -- \
+    perplexity -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -c 4096
+expect ppl_progress 0 "^\\[1\\][0-9]+\\.[0-9]{4},\\[2\\][0-9]+\\.[0-9]{4},.*\\[28\\][0-9]+\\.[0-9]{4},$" -- \
+    perplexity -m "$tmp/untied.gguf" -f "$tmp/text.txt" -c 32 -b 7 --backend cpu-ref
+expect ppl_final 0 "^Final estimate: PPL = [0-9]+\\.[0-9]{4} \\+/- [0-9]+\\.[0-9]{5}$" -- \
+    perplexity -m "$tmp/untied.gguf" -f "$tmp/text.txt" -c 32 -b 7 --backend cpu-ref
+expect ppl_writes_base 0 "Final estimate" -- \
+    perplexity -m "$tmp/tiny.gguf" -f "$tmp/text.txt" -c 32 --kl-divergence-base "$tmp/base.kld"
+expect ppl_kld_self 0 "Same top p: 100.000 ± 0.000 %" -- \
+    perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/base.kld" -f "$tmp/text.txt"
+expect ppl_kld_other_c 2 "computed with -c 32, not -c 64: use -c 32" -- \
+    perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/base.kld" -c 64
+expect ppl_kld_not_a_base 1 "does not look like a file of log-probabilities" -- \
+    perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/text.txt"
+head -c 1000 "$tmp/base.kld" >"$tmp/cut.kld"
+expect ppl_kld_truncated 1 "cut.kld has 1000 bytes, but its header.*truncated" -- \
+    perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/cut.kld"
+expect ppl_kld_other_text 1 "short.txt does not give the base file's tokens: (the text ends|they differ) at token [1-9]" -- \
+    perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/base.kld" -f "$tmp/short.txt"
+
 if [ -f "$MODEL" ]; then
     expect ctx_too_big 1 "KV cache.*use -c [0-9]+ or less" -- run -m "$MODEL" -p hi -c 16000000
     expect prompt_too_long 1 "prompt has [0-9]+ tokens but the context holds 8" -- \

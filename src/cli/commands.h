@@ -7,6 +7,7 @@
 int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_perplexity(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);

@@ -15,6 +15,7 @@ static const char help[] =
     "  run     generate text from a prompt          strata run -m MODEL -p \"Once upon a time\"\n"
     "  info    print a GGUF file's metadata and tensors   strata info MODEL\n"
     "  bench   measure prompt and generation speed     strata bench -m MODEL -p 512 -n 128\n"
+    "  perplexity  perplexity of a text; KL divergence  strata perplexity -m MODEL -f TEXT\n"
     "  synth   write a model with random weights       strata synth -o tiny.gguf\n"
     "  chat    talk with a model in the terminal       strata chat -m MODEL\n"
     "  serve   OpenAI-compatible HTTP server and chat page   strata serve -m MODEL --port 8080\n"
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return cli_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);

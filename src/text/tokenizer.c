@@ -403,6 +403,8 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, bool 
 int tokenizer_n_vocab(const struct tokenizer *t) { return t->n_vocab; }
 int32_t tokenizer_bos(const struct tokenizer *t) { return t->bos; }
 int32_t tokenizer_eos(const struct tokenizer *t) { return t->eos; }
+bool tokenizer_adds_bos(const struct tokenizer *t) { return t->add_bos; }
+bool tokenizer_adds_eos(const struct tokenizer *t) { return t->add_eos; }
 
 bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
 

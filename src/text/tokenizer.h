@@ -50,6 +50,10 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, bool 
 int tokenizer_n_vocab(const struct tokenizer *t);
 int32_t tokenizer_bos(const struct tokenizer *t); // -1 if none
 int32_t tokenizer_eos(const struct tokenizer *t); // -1 if none
+// Whether encoding with add_special adds BOS first / EOS last (the vocabulary's
+// tokenizer.ggml.add_bos_token / add_eos_token, or the model family's default).
+bool tokenizer_adds_bos(const struct tokenizer *t);
+bool tokenizer_adds_eos(const struct tokenizer *t);
 // True for ids that end generation: EOS, EOT (tokenizer.ggml.eot_token_id),
 // and end-of-turn control tokens the vocabulary marks (<|im_end|>, <|eot_id|>,
 // <end_of_turn>, <|end|>, ...).
