@@ -759,10 +759,7 @@ static void test_files_and_info(void) {
 // bytes, 134515008 parameters, 210 Q4_1 + 61 F32 + 1 Q8_0 tensors.
 static void test_real_model(void) {
     const char *path = test_model_path();
-    if (!path || access(path, R_OK) != 0) {
-        printf("    skip: no test model\n");
-        return;
-    }
+    if (!path || access(path, R_OK) != 0) SKIP("no test model (run scripts/fetch-model.sh)");
     struct gguf_file *f = NULL;
     CHECK(gguf_open(path, &f) == 0, "%s", st_last_error());
     if (!f) return;

@@ -14,8 +14,8 @@
 - start-up (/health 503 while loading, a failed load) and shutdown on SIGTERM.
 
 Prints "  ok NAME", "  FAIL NAME: why" or "  skip NAME: why" per test and
-"RESULT passed failed" at the end; skips are not failures. Random inputs use a
-printed seed (STRATA_SEED repeats a run).
+"RESULT passed failed skipped" at the end; a skip is neither a pass nor a
+failure. Random inputs use a printed seed (STRATA_SEED repeats a run).
 
     python3 tests/test_server.py --bin build/strata --model MODEL
     python3 tests/test_server.py --load-only --clients 8 --requests 8 --max-tokens 64
@@ -36,11 +36,12 @@ import threading
 import time
 
 KEY = "test-key-0123"
-RESULTS = {"pass": 0, "fail": 0}
+RESULTS = {"pass": 0, "fail": 0, "skip": 0}
 
 
 def report(name, ok, why=""):
     if ok is None:
+        RESULTS["skip"] += 1
         print(f"  skip {name}: {why}", flush=True)
         return
     RESULTS["pass" if ok else "fail"] += 1
@@ -764,11 +765,11 @@ def main():
     print(f"seed {seed} (set STRATA_SEED to repeat)", flush=True)
     if not os.path.exists(args.model):
         report("server tests", None, f"model {args.model} not found (make model)")
-        print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+        print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
         return 0
     if not os.access(args.bin, os.X_OK):
         report("server tests", False, f"{args.bin} is not built")
-        print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+        print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
         return 1
     if args.load_only:
         srv = Server(args.bin, args.model, "-t", args.threads, "-c", "2048")
@@ -803,7 +804,7 @@ def main():
     run_test("limits", t_limits, args.bin, args.model)
     run_test("loading_and_failure", t_loading_and_failure, args.bin, args.model)
     print(f"  ({time.time() - t_start:.1f} s)")
-    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
     return 1 if RESULTS["fail"] else 0
 
 
