@@ -3,8 +3,9 @@
 //
 // Values and tensor data are copied when added, so the caller's buffers may be
 // freed right after each call. The writer refuses what the reader would refuse
-// in a kv or tensor it is given (empty or duplicate names, undefined types,
-// bad dimensions, bools other than 0/1), with two deliberate exceptions that
+// in a kv or tensor it is given (empty, invalid, too long or duplicate keys and
+// names, strings and arrays over the limits of gguf.h, undefined types, bad
+// dimensions, bools other than 0/1), with two deliberate exceptions that
 // let tests build hostile files: it writes arrays nested to any depth, and a
 // "general.alignment" key added with the plain adders is written as given
 // (gguf_writer_set_alignment is the one that also lays the data out by it).
