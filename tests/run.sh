@@ -32,10 +32,10 @@ trap 'rm -rf "$san"' EXIT
 export STRATA_SANITIZER_LOGS="$san"
 # Ours come last so that they win over a log_path already in the environment.
 # halt_on_error and exitcode keep a report fatal even where recovery is built in.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$san/asan:halt_on_error=1"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$san/ubsan:print_stacktrace=1:halt_on_error=1"
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}log_path=$san/lsan"
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}log_path=$san/tsan:exitcode=66"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$san/report:halt_on_error=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$san/report:print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}log_path=$san/report"
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}log_path=$san/report:exitcode=66"
 
 if [ $# -gt 0 ]; then
     list=""

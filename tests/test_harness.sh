@@ -68,7 +68,7 @@ fake test_fake_old_format 'echo "RESULT 2 0"'
 fake test_fake_nonzero 'echo "RESULT 1 0 0"; exit 3'
 fake test_fake_signal 'echo "RESULT 1 0 0"; kill -USR1 $$'
 fake test_fake_hang 'echo "RESULT 1 0 0"; sleep 60'
-fake test_fake_sanitizer 'echo "==1==ERROR: AddressSanitizer: planted" >"$STRATA_SANITIZER_LOGS/asan.1"; echo "RESULT 1 0 0"'
+fake test_fake_sanitizer 'echo "==1==ERROR: AddressSanitizer: planted" >"$STRATA_SANITIZER_LOGS/report.1"; echo "RESULT 1 0 0"'
 fake test_fake_no_result 'echo "nothing to say"'
 
 STRATA_TEST_TIMEOUT=2 tests/run.sh "$tmp/build" test_fake_skips test_fake_old_format test_fake_nonzero \
