@@ -69,4 +69,23 @@ expect_model backend_unknown 2 "unknown backend 'tpu'" -- run -m "$MODEL" -p hi 
 expect_model run_greedy 0 "generated 8 tokens" -- run -m "$MODEL" -p "The capital of France is" -n 8 --temp 0
 expect_model run_chat 0 "generated" -- run -m "$MODEL" -p "Say hi." --chat -n 8 --temp 0 -t 1
 expect_model info_model 0 "token_embd.weight" -- info "$MODEL"
+
+# Greedy text is the same on one thread and on four: the CPU backend computes
+# each output element on one thread, so how rows are shared cannot change a bit.
+# (Under ThreadSanitizer this is also what runs the thread pool on the model.)
+if [ -f "$MODEL" ]; then
+    "$BIN" run -m "$MODEL" -p "The capital of France is" -n 16 --temp 0 -t 1 >"$tmp/t1" 2>"$tmp/t1.err"
+    "$BIN" run -m "$MODEL" -p "The capital of France is" -n 16 --temp 0 -t 4 >"$tmp/t4" 2>"$tmp/t4.err"
+    if [ -s "$tmp/t1" ] && cmp -s "$tmp/t1" "$tmp/t4"; then
+        pass=$((pass + 1))
+        echo "  ok   threads_same_text"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL threads_same_text: -t 1 and -t 4 differ:"
+        cat "$tmp/t1" "$tmp/t1.err" "$tmp/t4" "$tmp/t4.err" | sed 's/^/    | /' | head -20
+    fi
+else
+    skip=$((skip + 1))
+    echo "  skip threads_same_text: $MODEL not found (run scripts/fetch-model.sh)"
+fi
 echo "RESULT $pass $fail $skip"
