@@ -1,13 +1,16 @@
 #!/bin/sh
 # Installs what building Strata needs from Debian 12's packages, skipping what
 # is already there; with --test, also what the tests drive (headless Chromium
-# and its driver from Debian, the openai and selenium packages from PyPI).
+# and its driver from Debian, the openai and selenium packages from PyPI) and
+# what make test-asan, test-tsan and fuzz-ci need: clang's sanitizer and
+# libFuzzer runtimes (libclang-rt-14-dev) and llvm-symbolizer (llvm) for
+# readable reports.
 # Runs apt-get through sudo when not root.
 set -eu
 PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev python3 python3-pip ca-certificates"
 PY=""
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS chromium chromium-driver"
+    PKGS="$PKGS chromium chromium-driver libclang-rt-14-dev llvm"
     PY="openai selenium"
 elif [ -n "${1:-}" ]; then
     echo "usage: $0 [--test]" >&2
