@@ -326,7 +326,7 @@ static void test_getters(void) {
 
 // Versions 2 and 3, with and without general.alignment, tensors of odd sizes.
 static void test_versions_alignments(void) {
-    const uint32_t aligns[] = {0, 1, 8, 32, 64, 4096};
+    const uint32_t aligns[] = {0, 8, 16, 32, 64, 4096, 1u << 20};
     for (uint32_t version = 2; version <= 3; version++)
         for (size_t ai = 0; ai < sizeof aligns / sizeof aligns[0]; ai++) {
             struct gguf_writer *w = gguf_writer_init();
@@ -376,6 +376,7 @@ static void test_writer_refuses(void) {
     CHECK(gguf_writer_add_arr(w, "s", GGUF_VTYPE_STRING, NULL, 0) == -1, "add_arr of strings");
     CHECK(gguf_writer_set_version(w, 1) == -1 && gguf_writer_set_version(w, 4) == -1, "version");
     CHECK(gguf_writer_set_alignment(w, 3) == -1 && gguf_writer_set_alignment(w, 0) == -1 &&
+              gguf_writer_set_alignment(w, 1) == -1 && gguf_writer_set_alignment(w, 4) == -1 &&
               gguf_writer_set_alignment(w, 1u << 21) == -1, "alignment");
     int64_t ne[2] = {64, 2};
     CHECK(gguf_writer_add_tensor(w, "t", GGML_TYPE_Q4_0, 2, ne, NULL) == 0, "%s", st_last_error());
@@ -518,7 +519,9 @@ static void test_bad_alignment(void) {
         const char *needle;
     } cases[] = {
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 0}, "(0)"},
+        {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1}, "(1)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 3}, "(3)"},
+        {{.type = GGUF_VTYPE_UINT32, .v.u64 = 4}, "(4)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1u << 21}, "(2097152)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1u << 31}, "(2147483648)"},
         {{.type = GGUF_VTYPE_UINT64, .v.u64 = 1ull << 40}, "type uint64"},

@@ -13,16 +13,19 @@
 //   GGUF_MAX_NAME_LEN bytes, without a NUL byte, and unique;
 // - value types and array element types are defined; bools are 0 or 1;
 //   arrays nest at most GGUF_MAX_DEPTH deep;
-// - general.alignment, when present, is a uint32 power of two <= 1 MiB;
+// - general.alignment, when present, is a uint32 power of two from 8 to 1 MiB
+//   (the specification asks for a multiple of 8: tensor data at an offset of
+//   1, 2 or 4 would be read as misaligned floats and half floats);
 // - each tensor: n_dims 1..4, every dimension >= 1, element count and byte size
 //   without overflow, type defined (quant_get), ne[0] a multiple of the block
 //   size, offset aligned, data inside the file, no two tensors overlapping.
 //
 // Where llama.cpp's reader (ggml's gguf.cpp) differs: it also refuses arrays
 // of arrays and tensors whose offsets are not exactly the running sum of the
-// padded sizes before them, neither of which the specification asks for, and
-// it accepts n_dims 0 and zero-sized dimensions, which no writer produces and
-// this reader refuses. Everything else it checks is checked here too.
+// padded sizes before them, neither of which the specification asks for; it
+// accepts n_dims 0 and zero-sized dimensions, which no writer produces, and an
+// alignment of 1, 2 or 4, which the specification forbids; this reader refuses
+// those. Everything else it checks is checked here too.
 #include "format/gguf.h"
 
 #include <errno.h>
@@ -41,6 +44,7 @@
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MIN_ALIGNMENT 8
 #define GGUF_MAX_ALIGNMENT (1u << 20)
 #define GGUF_MAX_DEPTH 8              // levels of arrays inside one value
 #define GGUF_MAX_ITEMS (1ull << 24)   // strings and arrays parsed inside arrays, whole file
@@ -435,9 +439,9 @@ static int parse_alignment(struct rd *r, struct gguf_file *f) {
         return st_fail("%s: key 'general.alignment': has type %s, must be uint32; " FIX_CORRUPT, r->name,
                        gguf_vtype_name(kv->value.type));
     uint64_t a = kv->value.v.u64;
-    if (a == 0 || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
-        return st_fail("%s: key 'general.alignment': must be a power of two from 1 to %u (%llu); " FIX_CORRUPT,
-                       r->name, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
+    if (a < GGUF_MIN_ALIGNMENT || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
+        return st_fail("%s: key 'general.alignment': must be a power of two from %u to %u (%llu); " FIX_CORRUPT,
+                       r->name, GGUF_MIN_ALIGNMENT, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
     f->alignment = a;
     return 0;
 }

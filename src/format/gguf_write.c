@@ -96,8 +96,8 @@ int gguf_writer_set_version(struct gguf_writer *w, uint32_t version) {
 }
 
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment) {
-    if (alignment == 0 || (alignment & (alignment - 1)) || alignment > (1u << 20))
-        return st_fail("gguf writer: alignment %u: must be a power of two from 1 to 1048576", alignment);
+    if (alignment < 8 || (alignment & (alignment - 1)) || alignment > (1u << 20))
+        return st_fail("gguf writer: alignment %u: must be a power of two from 8 to 1048576", alignment);
     if (gguf_writer_add_u32(w, "general.alignment", alignment)) return -1;
     w->alignment = alignment;
     return 0;

@@ -25,7 +25,7 @@ void gguf_writer_free(struct gguf_writer *w);
 
 // Sets the header version: 2 or 3. Returns 0, or -1 with a message.
 int gguf_writer_set_version(struct gguf_writer *w, uint32_t version);
-// Lays the data section out with this alignment (a power of two, 1..1 MiB)
+// Lays the data section out with this alignment (a power of two, 8..1 MiB)
 // and adds the uint32 key general.alignment in this position among the keys.
 // Returns 0, or -1 with a message (bad value, or the key already added).
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
