@@ -61,6 +61,45 @@ $(BUILD)/fuzz_%: tests/fuzz_%.c $(LIB_SRC)
 check-portability:
 	scripts/check-portability.sh
 
+# --- Sanitizer, fuzzing and CI test targets -----------------------------------
+# test-asan: every test built with clang under AddressSanitizer and
+#   UndefinedBehaviorSanitizer (any report aborts) in build/asan and run by
+#   run.sh, which counts a sanitizer report from a test, or from a process it
+#   started, as a failure.
+# test-tsan: ThreadSanitizer in build/tsan over what runs threads: the CPU
+#   thread pool (test_ops on every op; test_cli.sh, whose strata runs the real
+#   model on one and four threads) and the server (test_server.sh). test_model
+#   is left out: its scalar reference passes would take about an hour there.
+# Both set STRATA_TEST_SCALE=small (slow builds: test_server.py waits longer
+#   and sends fewer tokens) and a per-test limit of SAN_TEST_TIMEOUT seconds.
+# fuzz-ci: every libFuzzer target for FUZZ_SECONDS over its seed corpus in
+#   tests/fuzz/<target>/ (tests/fuzz-ci.sh); a crash, leak or report fails it.
+# test-programs: the programs `make test` runs, for any BUILD.
+ASAN_OPT         := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+TSAN_OPT         := -O1 -fsanitize=thread -fno-omit-frame-pointer
+TSAN_TESTS       := test_ops test_cli.sh test_server.sh
+SAN_TEST_TIMEOUT ?= 1800
+FUZZ_SECONDS     ?= 60
+FUZZ_TARGETS     := $(patsubst tests/fuzz_%.c,%,$(wildcard tests/fuzz_*.c))
+
+.PHONY: test-programs test-asan test-tsan fuzz-ci
+test-programs: $(BUILD)/strata $(TESTS) $(TOOLS)
+
+test-asan:
+	$(MAKE) CC=clang BUILD=build/asan OPT="$(ASAN_OPT)" test-programs
+	scripts/fetch-model.sh
+	STRATA_TEST_SCALE=small STRATA_TEST_TIMEOUT=$(SAN_TEST_TIMEOUT) tests/run.sh build/asan
+
+test-tsan:
+	$(MAKE) CC=clang BUILD=build/tsan OPT="$(TSAN_OPT)" test-programs
+	scripts/fetch-model.sh
+	STRATA_TEST_SCALE=small STRATA_TEST_TIMEOUT=$(SAN_TEST_TIMEOUT) tests/run.sh build/tsan $(TSAN_TESTS)
+
+fuzz-ci:
+	$(MAKE) BUILD=build/fuzz fuzz
+	scripts/fetch-model.sh
+	tests/fuzz-ci.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 format:
 	clang-format -i $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c $(d)/*.h)) tests/*.c tests/*.h
 

@@ -11,17 +11,21 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "model/session.h"
 #include "server/server.h"
 #include "util.h"
 
 static struct server srv;
 
+// The server as its worker leaves it once loaded, without a backend or
+// context: parsing needs the model and the chat format only.
 static void setup(void) {
     const char *path = getenv("STRATA_TEST_MODEL");
     if (!path || !*path) path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    ST_ASSERT(model_load(path, &srv.model) == 0);
-    cli_model_opts_default(&srv.cfg.mo);
-    srv.have_chat = cli_chat_format(srv.model, NULL, &srv.fmt) == 0;
+    ST_ASSERT(model_load(path, &srv.sess.model) == 0);
+    session_opts_default(&srv.cfg.so);
+    srv.cfg.sp = sampler_default_params();
+    srv.have_chat = session_chat_format(srv.sess.model, NULL, &srv.fmt) == 0;
     snprintf(srv.model_id, sizeof srv.model_id, "fuzz");
     srv.n_ctx = 512;
     srv.rng = 1;
@@ -50,7 +54,7 @@ static void check_json(char *out, const struct srv_error *e) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!srv.model) setup();
+    if (!srv.sess.model) setup();
     char *body = malloc(size + 1); // the server's bodies end in a NUL after their length
     ST_ASSERT(body);
     memcpy(body, data, size);
@@ -64,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         ST_ASSERT(r.n_prompt >= 1 && r.n_prompt < srv.n_ctx);
         for (int i = 0; i < r.n_prompt; i++)
-            ST_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < srv.model->hp.n_vocab);
+            ST_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < srv.sess.model->hp.n_vocab);
         ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx));
         ST_ASSERT(sampler_params_check(&r.sp) == 0);
         for (int i = 0; i < r.n_stop; i++)

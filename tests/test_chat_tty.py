@@ -5,7 +5,7 @@ Ctrl-C stopping an answer (and leaving at the prompt), /quit, Ctrl-D; and
 with stdin a pipe, one answer per line.
 
 Prints "  ok NAME" / "  FAIL NAME: why" / "  skip NAME: why" and
-"RESULT passed failed".
+"RESULT passed failed skipped".
 """
 import os
 import pty
@@ -18,7 +18,7 @@ import time
 
 BIN = os.environ.get("STRATA_BIN", "build/strata")
 MODEL = os.environ.get("STRATA_TEST_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
-RESULTS = {"pass": 0, "fail": 0}
+RESULTS = {"pass": 0, "fail": 0, "skip": 0}
 STATS = re.compile(rb"\[(stopped, |context full, |length limit, )?(\d+) tokens, [\d.]+ tok/s \| prompt (\d+) tokens, (\d+) from cache\]")
 
 
@@ -179,15 +179,18 @@ def t_pipe():
 
 
 def main():
+    tests = [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("eof", t_eof), ("pipe", t_pipe)]
     if not os.path.exists(MODEL):
-        print(f"  skip chat tty tests: model {MODEL} not found")
+        for name, _ in tests:
+            RESULTS["skip"] += 1
+            print(f"  skip {name}: model {MODEL} not found")
     elif not os.access(BIN, os.X_OK):
         RESULTS["fail"] += 1
         print(f"  FAIL chat tty tests: {BIN} is not built")
     else:
-        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("eof", t_eof), ("pipe", t_pipe)]:
+        for name, fn in tests:
             run(name, fn)
-    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
     return 1 if RESULTS["fail"] else 0
 
 

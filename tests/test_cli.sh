@@ -5,6 +5,7 @@ BIN=${STRATA_BIN:-build/strata}
 MODEL=${STRATA_TEST_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 pass=0
 fail=0
+skip=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$BIN" synth -o "$tmp/tiny.gguf" >/dev/null 2>&1
@@ -94,29 +95,54 @@ expect ppl_kld_truncated 1 "cut.kld has 1000 bytes, but its header.*truncated" -
 expect ppl_kld_other_text 1 "short.txt does not give the base file's tokens: (the text ends|they differ) at token [1-9]" -- \
     perplexity -m "$tmp/tiny.gguf" --kl-divergence --kl-divergence-base "$tmp/base.kld" -f "$tmp/short.txt"
 
+# expect_model: expect, or a skip when the test model is absent.
+expect_model() {
+    if [ -f "$MODEL" ]; then
+        expect "$@"
+    else
+        skip=$((skip + 1))
+        echo "  skip $1: $MODEL not found (run scripts/fetch-model.sh)"
+    fi
+}
+
+expect_model ctx_too_big 1 "KV cache.*use -c [0-9]+ or less" -- run -m "$MODEL" -p hi -c 16000000
+expect_model prompt_too_long 1 "prompt has [0-9]+ tokens but the context holds 8" -- \
+    run -m "$MODEL" -p "one two three four five six seven eight nine ten eleven twelve" -c 8
+expect_model backend_unknown 2 "unknown backend 'tpu'" -- run -m "$MODEL" -p hi --backend tpu
+expect_model run_greedy 0 "generated 8 tokens" -- run -m "$MODEL" -p "The capital of France is" -n 8 --temp 0
+expect_model run_chat 0 "generated" -- run -m "$MODEL" -p "Say hi." --chat -n 8 --temp 0 -t 1
+expect_model info_model 0 "token_embd.weight" -- info "$MODEL"
+# --no-think adds Qwen3's empty "<think>\n\n</think>\n\n" after the generation
+# prompt: 10 and 19 prompt tokens are what llama.cpp's tokenizer gives for the
+# two renderings of "hi" in the test model's vocabulary.
+expect_model run_qwen3_think 0 "prompt 10 tokens" -- \
+    run -m "$MODEL" -p hi --chat --template qwen3 -n 1 --temp 0 -t 1
+expect_model run_qwen3_no_think 0 "prompt 19 tokens" -- \
+    run -m "$MODEL" -p hi --chat --template qwen3 --no-think -n 1 --temp 0 -t 1
+expect_model run_no_think_chatml 1 "no thinking switch" -- run -m "$MODEL" -p hi --chat --no-think -n 1
+printf 'hi\n' >"$tmp/hi.txt"
+stdin="$tmp/hi.txt"
+expect_model chat_qwen3_no_think 0 "prompt 19 tokens" -- \
+    chat -m "$MODEL" --template qwen3 --no-think -n 1 --temp 0 -t 1
+expect_model chat_no_think_chatml 1 "no thinking switch" -- chat -m "$MODEL" --no-think -n 1
+stdin=
+
+# Greedy text is the same on one thread and on four: the CPU backend computes
+# each output element on one thread, so how rows are shared cannot change a bit.
+# (Under ThreadSanitizer this is also what runs the thread pool on the model.)
 if [ -f "$MODEL" ]; then
-    expect ctx_too_big 1 "KV cache.*use -c [0-9]+ or less" -- run -m "$MODEL" -p hi -c 16000000
-    expect prompt_too_long 1 "prompt has [0-9]+ tokens but the context holds 8" -- \
-        run -m "$MODEL" -p "one two three four five six seven eight nine ten eleven twelve" -c 8
-    expect backend_unknown 2 "unknown backend 'tpu'" -- run -m "$MODEL" -p hi --backend tpu
-    expect run_greedy 0 "generated 8 tokens" -- run -m "$MODEL" -p "The capital of France is" -n 8 --temp 0
-    expect run_chat 0 "generated" -- run -m "$MODEL" -p "Say hi." --chat -n 8 --temp 0 -t 1
-    expect info_model 0 "token_embd.weight" -- info "$MODEL"
-    # --no-think adds Qwen3's empty "<think>\n\n</think>\n\n" after the generation
-    # prompt: 10 and 19 prompt tokens are what llama.cpp's tokenizer gives for the
-    # two renderings of "hi" in the test model's vocabulary.
-    expect run_qwen3_think 0 "prompt 10 tokens" -- \
-        run -m "$MODEL" -p hi --chat --template qwen3 -n 1 --temp 0 -t 1
-    expect run_qwen3_no_think 0 "prompt 19 tokens" -- \
-        run -m "$MODEL" -p hi --chat --template qwen3 --no-think -n 1 --temp 0 -t 1
-    expect run_no_think_chatml 1 "no thinking switch" -- run -m "$MODEL" -p hi --chat --no-think -n 1
-    printf 'hi\n' >"$tmp/hi.txt"
-    stdin="$tmp/hi.txt"
-    expect chat_qwen3_no_think 0 "prompt 19 tokens" -- \
-        chat -m "$MODEL" --template qwen3 --no-think -n 1 --temp 0 -t 1
-    expect chat_no_think_chatml 1 "no thinking switch" -- chat -m "$MODEL" --no-think -n 1
-    stdin=
+    "$BIN" run -m "$MODEL" -p "The capital of France is" -n 16 --temp 0 -t 1 >"$tmp/t1" 2>"$tmp/t1.err"
+    "$BIN" run -m "$MODEL" -p "The capital of France is" -n 16 --temp 0 -t 4 >"$tmp/t4" 2>"$tmp/t4.err"
+    if [ -s "$tmp/t1" ] && cmp -s "$tmp/t1" "$tmp/t4"; then
+        pass=$((pass + 1))
+        echo "  ok   threads_same_text"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL threads_same_text: -t 1 and -t 4 differ:"
+        cat "$tmp/t1" "$tmp/t1.err" "$tmp/t4" "$tmp/t4.err" | sed 's/^/    | /' | head -20
+    fi
 else
-    echo "  skip model-dependent CLI tests: $MODEL not found"
+    skip=$((skip + 1))
+    echo "  skip threads_same_text: $MODEL not found (run scripts/fetch-model.sh)"
 fi
-echo "RESULT $pass $fail"
+echo "RESULT $pass $fail $skip"

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -325,7 +326,7 @@ static void test_getters(void) {
 
 // Versions 2 and 3, with and without general.alignment, tensors of odd sizes.
 static void test_versions_alignments(void) {
-    const uint32_t aligns[] = {0, 1, 8, 32, 64, 4096};
+    const uint32_t aligns[] = {0, 8, 16, 32, 64, 4096, 1u << 20};
     for (uint32_t version = 2; version <= 3; version++)
         for (size_t ai = 0; ai < sizeof aligns / sizeof aligns[0]; ai++) {
             struct gguf_writer *w = gguf_writer_init();
@@ -375,6 +376,7 @@ static void test_writer_refuses(void) {
     CHECK(gguf_writer_add_arr(w, "s", GGUF_VTYPE_STRING, NULL, 0) == -1, "add_arr of strings");
     CHECK(gguf_writer_set_version(w, 1) == -1 && gguf_writer_set_version(w, 4) == -1, "version");
     CHECK(gguf_writer_set_alignment(w, 3) == -1 && gguf_writer_set_alignment(w, 0) == -1 &&
+              gguf_writer_set_alignment(w, 1) == -1 && gguf_writer_set_alignment(w, 4) == -1 &&
               gguf_writer_set_alignment(w, 1u << 21) == -1, "alignment");
     int64_t ne[2] = {64, 2};
     CHECK(gguf_writer_add_tensor(w, "t", GGML_TYPE_Q4_0, 2, ne, NULL) == 0, "%s", st_last_error());
@@ -517,7 +519,9 @@ static void test_bad_alignment(void) {
         const char *needle;
     } cases[] = {
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 0}, "(0)"},
+        {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1}, "(1)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 3}, "(3)"},
+        {{.type = GGUF_VTYPE_UINT32, .v.u64 = 4}, "(4)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1u << 21}, "(2097152)"},
         {{.type = GGUF_VTYPE_UINT32, .v.u64 = 1u << 31}, "(2147483648)"},
         {{.type = GGUF_VTYPE_UINT64, .v.u64 = 1ull << 40}, "type uint64"},
@@ -596,6 +600,131 @@ static void test_bad_tensors(void) {
     buf[after_str(buf, n, "x.b") - 1] = 'a';
     expect_fail(buf, n, "duplicate tensor", "tensor 'x.a' name", "appears twice");
     free(buf);
+}
+
+// --- the limits of gguf.h, each just at and just past ---------------------------------
+
+// A GGUF image written byte by byte, so that it can break rules the writer
+// keeps. Anonymous memory: a string or array of 2^30 bytes costs only the
+// pages written, the header.
+struct raw {
+    uint8_t *p;
+    uint64_t n, cap;
+};
+
+static struct raw raw_begin(uint64_t cap, uint64_t n_tensors, uint64_t n_kv) {
+    struct raw r = {mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), 24, cap};
+    ST_ASSERT(r.p != MAP_FAILED);
+    memcpy(r.p, "GGUF", 4);
+    put_le(r.p + 4, 3, 4), put_le(r.p + 8, n_tensors, 8), put_le(r.p + 16, n_kv, 8);
+    return r;
+}
+
+static void raw_le(struct raw *r, uint64_t v, int n) {
+    ST_ASSERT(r->n + (uint64_t)n <= r->cap);
+    put_le(r->p + r->n, v, n);
+    r->n += (uint64_t)n;
+}
+
+// A string of len bytes: s, or 'a's when s is NULL.
+static void raw_str(struct raw *r, const char *s, uint64_t len) {
+    raw_le(r, len, 8);
+    ST_ASSERT(r->n + len <= r->cap);
+    if (s) memcpy(r->p + r->n, s, len);
+    else memset(r->p + r->n, 'a', len);
+    r->n += len;
+}
+
+// One F32 tensor of n_dims dimensions 8x1x1..., named by `len` bytes, at offset 0.
+static struct raw raw_tensor_file(const char *name, uint64_t len, uint32_t n_dims) {
+    struct raw r = raw_begin(1 << 16, 1, 0);
+    raw_str(&r, name, len);
+    raw_le(&r, n_dims, 4);
+    for (uint32_t d = 0; d < n_dims; d++) raw_le(&r, d ? 1 : 8, 8);
+    raw_le(&r, GGML_TYPE_F32, 4), raw_le(&r, 0, 8);
+    r.n = (r.n + 31) / 32 * 32 + 32; // the data section: padding, then 8 floats (zero)
+    return r;
+}
+
+// One key of `len` bytes (key, or 'a's when NULL) holding a uint8.
+static struct raw raw_key_file(const char *key, uint64_t len) {
+    struct raw r = raw_begin(1 << 17, 0, 1);
+    raw_str(&r, key, len);
+    raw_le(&r, GGUF_VTYPE_UINT8, 4), raw_le(&r, 7, 1);
+    return r;
+}
+
+// The image must open; returns whether it did (closing it).
+static bool raw_opens(struct raw *r, const char *what) {
+    struct gguf_file *f = NULL;
+    int rc = gguf_open_memory(r->p, r->n, NAME, &f);
+    CHECK(rc == 0, "%s: %s", what, st_last_error());
+    if (f) gguf_close(f);
+    munmap(r->p, r->cap);
+    return rc == 0;
+}
+
+#define raw_fails(r, what, n1, n2) (expect_fail((r).p, (r).n, what, n1, n2), munmap((r).p, (r).cap))
+
+static void test_limits(void) {
+    struct raw r;
+    // tensor names: at most 63 bytes (ggml keeps names in char[GGML_MAX_NAME = 64] with the NUL)
+    r = raw_tensor_file(NULL, GGUF_MAX_NAME_LEN, 1);
+    raw_opens(&r, "tensor name of 63 bytes");
+    r = raw_tensor_file(NULL, GGUF_MAX_NAME_LEN + 1, 1);
+    raw_fails(r, "tensor name of 64 bytes", "tensor #0 name", "64 bytes long, over the limit of 63");
+    // dimensions: at most 4
+    r = raw_tensor_file("t", 1, 4);
+    raw_opens(&r, "4 dimensions");
+    r = raw_tensor_file("t", 1, 5);
+    raw_fails(r, "5 dimensions", "tensor 't' n_dims", "(5)");
+    // keys: at most 65535 bytes, dot-separated lower_snake_case ASCII words
+    r = raw_key_file(NULL, GGUF_MAX_KEY_LEN);
+    raw_opens(&r, "key of 65535 bytes");
+    r = raw_key_file(NULL, GGUF_MAX_KEY_LEN + 1);
+    raw_fails(r, "key of 65536 bytes", "kv #0 key", "65536 bytes long, over the limit of 65535");
+    const char *good[] = {"a", "general.base_model.0.name", "x_1.y2._"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        r = raw_key_file(good[i], strlen(good[i]));
+        raw_opens(&r, good[i]);
+        struct gguf_writer *w = gguf_writer_init();
+        CHECK(gguf_writer_add_u32(w, good[i], 1) == 0, "writer refused key '%s': %s", good[i], st_last_error());
+        gguf_writer_free(w);
+    }
+    const struct {
+        const char *key, *byte;
+    } bad[] = {{"General.name", "byte 0 (0x47)"}, {"a..b", "byte 2 (0x2e)"}, {".a", "byte 0 (0x2e)"},
+               {"a.", "byte 1 (0x2e)"},       {"a b", "byte 1 (0x20)"}, {"a-b", "byte 1 (0x2d)"},
+               {"t\xc3\xa9st", "byte 1 (0xc3)"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = raw_key_file(bad[i].key, strlen(bad[i].key));
+        raw_fails(r, bad[i].key, "not a valid key", bad[i].byte);
+        struct gguf_writer *w = gguf_writer_init();
+        CHECK(gguf_writer_add_u32(w, bad[i].key, 1) == -1, "writer took key '%s'", bad[i].key);
+        gguf_writer_free(w);
+    }
+    struct gguf_writer *w = gguf_writer_init();
+    char name[GGUF_MAX_NAME_LEN + 2];
+    memset(name, 'n', sizeof name - 1), name[sizeof name - 1] = 0;
+    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == -1, "writer took a 64-byte name");
+    name[GGUF_MAX_NAME_LEN] = 0;
+    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == 0, "%s", st_last_error());
+    gguf_writer_free(w);
+    // one string: at most 2^30 bytes; one array: at most 2^30 elements
+    for (uint64_t extra = 0; extra < 2; extra++) {
+        const uint64_t len = GGUF_MAX_STRING_LEN + extra;
+        r = raw_begin(len + 4096, 0, 2);
+        raw_str(&r, "s", 1), raw_le(&r, GGUF_VTYPE_STRING, 4), raw_le(&r, len, 8);
+        r.n += len; // the string: zero pages, never touched
+        raw_str(&r, "u", 1), raw_le(&r, GGUF_VTYPE_UINT8, 4), raw_le(&r, 1, 1);
+        if (extra) raw_fails(r, "string of 2^30 + 1 bytes", "key 's' value", "1073741825 is over the limit of 1073741824");
+        else raw_opens(&r, "string of 2^30 bytes");
+        r = raw_begin(len + 4096, 0, 1);
+        raw_str(&r, "a", 1), raw_le(&r, GGUF_VTYPE_ARRAY, 4), raw_le(&r, GGUF_VTYPE_UINT8, 4), raw_le(&r, len, 8);
+        r.n += len;
+        if (extra) raw_fails(r, "array of 2^30 + 1 elements", "key 'a' array count", "over the limit of 1073741824");
+        else raw_opens(&r, "array of 2^30 elements");
+    }
 }
 
 // Random byte changes in the header, metadata and tensor infos: every image
@@ -759,10 +888,7 @@ static void test_files_and_info(void) {
 // bytes, 134515008 parameters, 210 Q4_1 + 61 F32 + 1 Q8_0 tensors.
 static void test_real_model(void) {
     const char *path = test_model_path();
-    if (!path || access(path, R_OK) != 0) {
-        printf("    skip: no test model\n");
-        return;
-    }
+    if (!path || access(path, R_OK) != 0) SKIP("no test model (run scripts/fetch-model.sh)");
     struct gguf_file *f = NULL;
     CHECK(gguf_open(path, &f) == 0, "%s", st_last_error());
     if (!f) return;
@@ -827,6 +953,7 @@ int main(void) {
     RUN(test_bad_kv);
     RUN(test_bad_alignment);
     RUN(test_bad_tensors);
+    RUN(test_limits);
     RUN(test_fuzz_flips);
     RUN(test_files_and_info);
     RUN(test_real_model);

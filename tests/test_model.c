@@ -295,15 +295,12 @@ static void test_prompt_ids(void) {
 int main(void) {
     const char *path = test_model_path();
     if (!path || access(path, R_OK) != 0) {
-        printf("  skip: the test model is not present (run scripts/fetch-model.sh)\n");
-        TEST_END();
-    }
-    if (load_fixtures()) {
+        TEST_SKIP_REST("the test model is not present (run scripts/fetch-model.sh)");
+    } else if (load_fixtures()) {
         printf("  FAIL cannot read tests/fixtures/model_*\n");
         printf("RESULT 0 1\n");
         return 1;
-    }
-    if (model_load(path, &model)) {
+    } else if (model_load(path, &model)) {
         printf("  FAIL loading %s: %s\n", path, st_last_error());
         printf("RESULT 0 1\n");
         return 1;
@@ -314,6 +311,6 @@ int main(void) {
     RUN(test_batch_equals_sequential);
     RUN(test_fast_greedy);
     RUN(test_ref_greedy);
-    model_free(model);
+    if (model) model_free(model);
     TEST_END();
 }

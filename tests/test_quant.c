@@ -634,7 +634,7 @@ static void test_vec_dot_ggml(void) {
         free(w);
         free(want_a);
     }
-    if (fix_data && records == 0) printf("    skip: no ggml dot-product records\n");
+    if (fix_data && records == 0) SKIP("the fixture holds no ggml dot-product records");
     CHECK(!fix_data || records == 0 || records == 24, "%d records", records);
 }
 

@@ -371,10 +371,7 @@ static void test_spm_fixture(void) {
 }
 
 static void test_smollm2(void) {
-    if (!model) {
-        printf("    skip: no test model\n");
-        return;
-    }
+    if (!model) SKIP("no test model (run scripts/fetch-model.sh)");
     struct tokenizer *tok;
     CHECK(tokenizer_init(model, &tok) == 0, "%s", st_last_error());
     if (!tok) return;
@@ -402,10 +399,7 @@ static void test_smollm2(void) {
 }
 
 static void check_variant(const char *pre, int32_t user_defined, const char *fixture) {
-    if (!model) {
-        printf("    skip: no test model\n");
-        return;
-    }
+    if (!model) SKIP("no test model (run scripts/fetch-model.sh)");
     struct mem_gguf m;
     struct tokenizer *tok = NULL;
     CHECK(variant_open(model, pre, user_defined, &m) == 0, "%s", st_last_error());
@@ -535,10 +529,7 @@ static void test_errors(void) {
 // Encoding tens of KB takes milliseconds: no pass over the vocabulary per
 // token, no quadratic merge.
 static void test_speed(void) {
-    if (!model) {
-        printf("    skip: no test model\n");
-        return;
-    }
+    if (!model) SKIP("no test model (run scripts/fetch-model.sh)");
     struct tokenizer *tok;
     CHECK(tokenizer_init(model, &tok) == 0, "%s", st_last_error());
     if (!tok) return;

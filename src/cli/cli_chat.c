@@ -120,6 +120,7 @@ static void conv_push(struct conversation *c, const char *role, const char *cont
 
 // Removes messages [from, from + count).
 static void conv_remove(struct conversation *c, int from, int count) {
+    if (count == 0) return; // msgs may still be NULL, and NULL + 0 is undefined in C
     for (int i = from; i < from + count; i++) free((char *)c->msgs[i].content);
     memmove(c->msgs + from, c->msgs + from + count,
             sizeof *c->msgs * (size_t)(c->n - from - count));

@@ -6,14 +6,26 @@
 // - n_kv, n_tensors and every array count are checked against the bytes left
 //   (each entry needs a minimum number of bytes) BEFORE anything is allocated,
 //   and parsed strings/nested arrays are capped in total (GGUF_MAX_ITEMS);
-// - string lengths fit in the file; keys and tensor names are non-empty,
-//   contain no NUL byte, and are unique;
+// - string lengths fit in the file and are at most GGUF_MAX_STRING_LEN;
+//   arrays hold at most GGUF_MAX_ARRAY_LEN elements;
+// - keys are valid (gguf_key_valid: dot-separated lower_snake_case ASCII, at
+//   most 65535 bytes) and unique; tensor names are non-empty, at most
+//   GGUF_MAX_NAME_LEN bytes, without a NUL byte, and unique;
 // - value types and array element types are defined; bools are 0 or 1;
 //   arrays nest at most GGUF_MAX_DEPTH deep;
-// - general.alignment, when present, is a uint32 power of two <= 1 MiB;
+// - general.alignment, when present, is a uint32 power of two from 8 to 1 MiB
+//   (the specification asks for a multiple of 8: tensor data at an offset of
+//   1, 2 or 4 would be read as misaligned floats and half floats);
 // - each tensor: n_dims 1..4, every dimension >= 1, element count and byte size
 //   without overflow, type defined (quant_get), ne[0] a multiple of the block
 //   size, offset aligned, data inside the file, no two tensors overlapping.
+//
+// Where llama.cpp's reader (ggml's gguf.cpp) differs: it also refuses arrays
+// of arrays and tensors whose offsets are not exactly the running sum of the
+// padded sizes before them, neither of which the specification asks for; it
+// accepts n_dims 0 and zero-sized dimensions, which no writer produces, and an
+// alignment of 1, 2 or 4, which the specification forbids; this reader refuses
+// those. Everything else it checks is checked here too.
 #include "format/gguf.h"
 
 #include <errno.h>
@@ -32,6 +44,7 @@
 
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MIN_ALIGNMENT 8
 #define GGUF_MAX_ALIGNMENT (1u << 20)
 #define GGUF_MAX_DEPTH 8              // levels of arrays inside one value
 #define GGUF_MAX_ITEMS (1ull << 24)   // strings and arrays parsed inside arrays, whole file
@@ -154,17 +167,48 @@ static int rd_str(struct rd *r, const char *field, struct gguf_str *out) {
     if (len > r->size - r->pos)
         return rd_fail(r, field, "string length %llu runs past the end of the file (%llu bytes left); " FIX_TRUNCATED,
                        (unsigned long long)len, (unsigned long long)(r->size - r->pos));
+    if (len > GGUF_MAX_STRING_LEN)
+        return rd_fail(r, field, "string length %llu is over the limit of %llu bytes; " FIX_CORRUPT,
+                       (unsigned long long)len, GGUF_MAX_STRING_LEN);
     out->len = len;
     out->data = (const char *)r->p + r->pos;
     r->pos += len;
     return 0;
 }
 
-// A key or tensor name: non-empty and without NUL (it is looked up as a C string).
+bool gguf_key_valid(const char *key, uint64_t len, uint64_t *bad) {
+    uint64_t at = len;
+    if (len > 0 && len <= GGUF_MAX_KEY_LEN)
+        for (at = 0; at < len; at++) {
+            const char c = key[at];
+            if (c == '.' ? at == 0 || at == len - 1 || key[at - 1] == '.'
+                         : !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+                break;
+        }
+    if (bad) *bad = at;
+    return len > 0 && len <= GGUF_MAX_KEY_LEN && at == len;
+}
+
+// A key or tensor name: non-empty and without NUL (it is looked up as a C
+// string); a key valid (gguf_key_valid), a name at most GGUF_MAX_NAME_LEN bytes.
 static int rd_name(struct rd *r, const char *field, struct gguf_str *out) {
     if (rd_str(r, field, out)) return -1;
     if (out->len == 0) return rd_fail(r, field, "is empty; " FIX_CORRUPT);
     if (memchr(out->data, 0, out->len)) return rd_fail(r, field, "contains a NUL byte; " FIX_CORRUPT);
+    char shown[160] = "";
+    append_escaped(shown, sizeof shown, out->data, out->len, 96);
+    if (r->ctx == RD_TENSOR && out->len > GGUF_MAX_NAME_LEN)
+        return rd_fail(r, field, "'%s' is %llu bytes long, over the limit of %d (ggml's GGML_MAX_NAME); " FIX_CORRUPT,
+                       shown, (unsigned long long)out->len, GGUF_MAX_NAME_LEN);
+    uint64_t bad;
+    if (r->ctx == RD_KV && !gguf_key_valid(out->data, out->len, &bad)) {
+        if (out->len > GGUF_MAX_KEY_LEN)
+            return rd_fail(r, field, "'%s' is %llu bytes long, over the limit of %d; " FIX_CORRUPT, shown,
+                           (unsigned long long)out->len, GGUF_MAX_KEY_LEN);
+        return rd_fail(r, field, "'%s' is not a valid key: byte %llu (0x%02x) breaks the rule that keys are "
+                       "lower_snake_case ASCII words joined by single dots; " FIX_CORRUPT,
+                       shown, (unsigned long long)bad, (unsigned char)out->data[bad]);
+    }
     return 0;
 }
 
@@ -235,6 +279,9 @@ static int rd_array(struct rd *r, struct gguf_array *a) {
     if (count > left / min_elem)
         return rd_fail(r, "array count", "%llu elements of %s cannot fit in the %llu bytes left; " FIX_TRUNCATED,
                        (unsigned long long)count, vtype_names[et], (unsigned long long)left);
+    if (count > GGUF_MAX_ARRAY_LEN)
+        return rd_fail(r, "array count", "%llu elements is over the limit of %llu; " FIX_CORRUPT,
+                       (unsigned long long)count, GGUF_MAX_ARRAY_LEN);
     if (vtype_sizes[et]) {
         a->data = r->p + r->pos;
         if (et == GGUF_VTYPE_BOOL) {
@@ -392,9 +439,9 @@ static int parse_alignment(struct rd *r, struct gguf_file *f) {
         return st_fail("%s: key 'general.alignment': has type %s, must be uint32; " FIX_CORRUPT, r->name,
                        gguf_vtype_name(kv->value.type));
     uint64_t a = kv->value.v.u64;
-    if (a == 0 || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
-        return st_fail("%s: key 'general.alignment': must be a power of two from 1 to %u (%llu); " FIX_CORRUPT,
-                       r->name, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
+    if (a < GGUF_MIN_ALIGNMENT || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
+        return st_fail("%s: key 'general.alignment': must be a power of two from %u to %u (%llu); " FIX_CORRUPT,
+                       r->name, GGUF_MIN_ALIGNMENT, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
     f->alignment = a;
     return 0;
 }

@@ -35,6 +35,19 @@ struct gguf_str {
     const char *data;
 };
 
+// Limits on what a file may hold; the reader refuses a file past any of them
+// and the writer refuses to write one.
+#define GGUF_MAX_KEY_LEN 65535           // bytes in a key (the GGUF specification)
+#define GGUF_MAX_NAME_LEN 63             // bytes in a tensor name: ggml's GGML_MAX_NAME (64) holds its NUL too
+#define GGUF_MAX_STRING_LEN (1ull << 30) // bytes in one string (llama.cpp's GGUF_MAX_STRING_LENGTH)
+#define GGUF_MAX_ARRAY_LEN (1ull << 30)  // elements in one array (llama.cpp's GGUF_MAX_ARRAY_ELEMENTS)
+
+// Whether key[0..len) is a valid key: 1 to GGUF_MAX_KEY_LEN bytes of
+// lower_snake_case ASCII words ([a-z0-9_]+) joined by single dots, as the GGUF
+// specification requires. When it is not, *bad (if not NULL) is the offset of
+// the first byte that breaks the rule (len for an empty or too long key).
+bool gguf_key_valid(const char *key, uint64_t len, uint64_t *bad);
+
 struct gguf_value;
 
 // An array value. Elements of fixed-size types are stored contiguously at

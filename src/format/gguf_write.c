@@ -96,8 +96,8 @@ int gguf_writer_set_version(struct gguf_writer *w, uint32_t version) {
 }
 
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment) {
-    if (alignment == 0 || (alignment & (alignment - 1)) || alignment > (1u << 20))
-        return st_fail("gguf writer: alignment %u: must be a power of two from 1 to 1048576", alignment);
+    if (alignment < 8 || (alignment & (alignment - 1)) || alignment > (1u << 20))
+        return st_fail("gguf writer: alignment %u: must be a power of two from 8 to 1048576", alignment);
     if (gguf_writer_add_u32(w, "general.alignment", alignment)) return -1;
     w->alignment = alignment;
     return 0;
@@ -110,6 +110,9 @@ static int put_value(struct buf *b, const char *key, const struct gguf_value *v)
 static int put_array(struct buf *b, const char *key, const struct gguf_array *a) {
     if ((unsigned)a->type >= GGUF_VTYPE_COUNT)
         return st_fail("gguf writer: key '%s': undefined array element type %d", key, (int)a->type);
+    if (a->count > GGUF_MAX_ARRAY_LEN)
+        return st_fail("gguf writer: key '%s': %llu elements is over the limit of %llu", key,
+                       (unsigned long long)a->count, GGUF_MAX_ARRAY_LEN);
     if (buf_put_le(b, (uint64_t)a->type, 4) || buf_put_le(b, a->count, 8)) return -1;
     size_t esize = gguf_vtype_size(a->type);
     if (esize) {
@@ -154,6 +157,9 @@ static int put_value(struct buf *b, const char *key, const struct gguf_value *v)
         return buf_put_le(b, v->v.u64, 1);
     case GGUF_VTYPE_STRING:
         if (v->v.str.len && !v->v.str.data) return st_fail("gguf writer: key '%s': string without data", key);
+        if (v->v.str.len > GGUF_MAX_STRING_LEN)
+            return st_fail("gguf writer: key '%s': a string of %llu bytes is over the limit of %llu", key,
+                           (unsigned long long)v->v.str.len, GGUF_MAX_STRING_LEN);
         return buf_put_str(b, v->v.str.data, v->v.str.len);
     case GGUF_VTYPE_ARRAY:
         return put_array(b, key, &v->v.arr);
@@ -174,6 +180,11 @@ static int put_value(struct buf *b, const char *key, const struct gguf_value *v)
 
 int gguf_writer_add_value(struct gguf_writer *w, const char *key, const struct gguf_value *v) {
     if (!key || !*key) return st_fail("gguf writer: empty key");
+    uint64_t bad;
+    if (!gguf_key_valid(key, strlen(key), &bad))
+        return st_fail("gguf writer: key '%.96s': not a valid key at byte %llu (keys are at most %d bytes of "
+                       "lower_snake_case ASCII words joined by single dots)", key, (unsigned long long)bad,
+                       GGUF_MAX_KEY_LEN);
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0) return st_fail("gguf writer: key '%s' added twice", key);
     uint64_t mark = w->kv.len;
@@ -280,6 +291,9 @@ int gguf_writer_add_arr_str(struct gguf_writer *w, const char *key, const char *
 int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type, uint32_t n_dims,
                            const int64_t *ne, const void *data) {
     if (!name || !*name) return st_fail("gguf writer: empty tensor name");
+    if (strlen(name) > GGUF_MAX_NAME_LEN)
+        return st_fail("gguf writer: tensor '%.96s': the name is %zu bytes long, over the limit of %d", name,
+                       strlen(name), GGUF_MAX_NAME_LEN);
     for (uint64_t i = 0; i < w->n_tensors; i++)
         if (strcmp(w->tensors[i].name, name) == 0) return st_fail("gguf writer: tensor '%s' added twice", name);
     if (n_dims < 1 || n_dims > 4) return st_fail("gguf writer: tensor '%s': n_dims %u is not 1..4", name, n_dims);

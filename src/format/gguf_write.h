@@ -3,8 +3,9 @@
 //
 // Values and tensor data are copied when added, so the caller's buffers may be
 // freed right after each call. The writer refuses what the reader would refuse
-// in a kv or tensor it is given (empty or duplicate names, undefined types,
-// bad dimensions, bools other than 0/1), with two deliberate exceptions that
+// in a kv or tensor it is given (empty, invalid, too long or duplicate keys and
+// names, strings and arrays over the limits of gguf.h, undefined types, bad
+// dimensions, bools other than 0/1), with two deliberate exceptions that
 // let tests build hostile files: it writes arrays nested to any depth, and a
 // "general.alignment" key added with the plain adders is written as given
 // (gguf_writer_set_alignment is the one that also lays the data out by it).
@@ -24,7 +25,7 @@ void gguf_writer_free(struct gguf_writer *w);
 
 // Sets the header version: 2 or 3. Returns 0, or -1 with a message.
 int gguf_writer_set_version(struct gguf_writer *w, uint32_t version);
-// Lays the data section out with this alignment (a power of two, 1..1 MiB)
+// Lays the data section out with this alignment (a power of two, 8..1 MiB)
 // and adds the uint32 key general.alignment in this position among the keys.
 // Returns 0, or -1 with a message (bad value, or the key already added).
 int gguf_writer_set_alignment(struct gguf_writer *w, uint32_t alignment);
