@@ -76,7 +76,7 @@ if [ "${1:-}" = "--job" ]; then
             awk -F '\t' -v wave="$wave" -v logf="$log" '
                 $5 != wave { print "kernel " $3 ": wavefront size " $5 ", want " wave >>logf; bad = 1 }
                 $11 > 65536 { print "kernel " $3 ": static LDS " $11 " bytes > 64 KiB" >>logf; bad = 1 }
-                $3 ~ /^(mmvq|mmq|attention|flash)/ && ($9 + $10 > 0) {
+                $3 ~ /^(mmvq|mmq|attn)_/ && ($9 + $10 > 0) {
                     print "kernel " $3 ": " $9 " VGPR and " $10 " SGPR spills" >>logf; bad = 1 }
                 END { exit bad }' "$obj.kernels" || ok=1
         fi

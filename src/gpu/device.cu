@@ -69,13 +69,15 @@ static void classify(const gpuDeviceProp &p, struct gpu_device_info *o) {
                  o->arch, o->arch);
     }
 #else
-    // gcnArchName: "gfx90a:sramecc+:xnack-" on AMD, "spirv64" on chipStar
+    // gcnArchName: "gfx90a:sramecc+:xnack-" on AMD
     snprintf(o->arch, sizeof o->arch, "%s", p.gcnArchName);
     char *colon = strchr(o->arch, ':');
     if (colon) *colon = 0;
 #if defined(ST_TARGET_SPIRV)
+    // chipStar gives no architecture name (gcnArchName reads "unavailable" on
+    // its OpenCL and Level Zero backends): the class is the binary's target.
     o->vendor = GPU_VENDOR_SPIRV;
-    if (!o->arch[0]) snprintf(o->arch, sizeof o->arch, "spirv64");
+    snprintf(o->arch, sizeof o->arch, "spirv64");
     o->policy = GPU_POLICY_UNVALIDATED;
     snprintf(o->note, sizeof o->note,
              "SPIR-V (chipStar) devices are not run-verified by this project; "
