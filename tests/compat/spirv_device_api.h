@@ -74,17 +74,27 @@ extern "C" int __hipPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem,
 
 // --- work-item indices ---------------------------------------------------------------------
 // As chipStar's spirv_hip.hh: OpenCL's work-item functions (size_t, C++-mangled
-// names), which the SPIR-V backend lowers to built-in variables.
+// names), which the SPIR-V backend lowers to built-in variables. The index is
+// truncated to 32 bits into a volatile local: LLVM 22's SPIR-V backend can
+// drop a truncation that feeds an AND (in mmvq.cu: "OpBitwiseAnd %uint" of a
+// 64-bit operand, which spirv-val rejects). chipStar's own toolchain (the
+// SPIRV-LLVM-Translator) does not take this path; the detour only keeps the
+// check's module valid.
 extern "C" __device__ size_t _Z12get_local_idj(unsigned dim);
 extern "C" __device__ size_t _Z12get_group_idj(unsigned dim);
 extern "C" __device__ size_t _Z14get_local_sizej(unsigned dim);
 extern "C" __device__ size_t _Z14get_num_groupsj(unsigned dim);
 
+#define ST_SPIRV_GET_(axis, fn, dim)                                                       \
+    static __device__ __forceinline__ unsigned get_##axis() {                              \
+        volatile unsigned v = (unsigned)fn(dim);                                           \
+        return v;                                                                          \
+    }
 #define ST_SPIRV_INDEX_(name, fn)                                                          \
     struct name##_t {                                                                      \
-        static __device__ __forceinline__ unsigned get_x() { return (unsigned)fn(0); }     \
-        static __device__ __forceinline__ unsigned get_y() { return (unsigned)fn(1); }     \
-        static __device__ __forceinline__ unsigned get_z() { return (unsigned)fn(2); }     \
+        ST_SPIRV_GET_(x, fn, 0)                                                            \
+        ST_SPIRV_GET_(y, fn, 1)                                                            \
+        ST_SPIRV_GET_(z, fn, 2)                                                            \
         __declspec(property(get = get_x)) unsigned x;                                      \
         __declspec(property(get = get_y)) unsigned y;                                      \
         __declspec(property(get = get_z)) unsigned z;                                      \
@@ -95,6 +105,7 @@ ST_SPIRV_INDEX_(blockIdx, _Z12get_group_idj)
 ST_SPIRV_INDEX_(blockDim, _Z14get_local_sizej)
 ST_SPIRV_INDEX_(gridDim, _Z14get_num_groupsj)
 #undef ST_SPIRV_INDEX_
+#undef ST_SPIRV_GET_
 
 // --- synchronisation, fences, sub-group exchange (devicelib/sync_and_util.hh) -----------------
 // The __chip_* functions and the shuffles are defined by chipStar's device
