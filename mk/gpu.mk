@@ -4,6 +4,7 @@
 #   make GPU=cuda  [CUDA_ARCH="sm_90"] [NVCC=nvcc]          NVIDIA, CUDA
 #   make GPU=hip   [HIP_ARCH="gfx90a gfx1100"] [HIPCC=hipcc] AMD, HIP (ROCm)
 #   make GPU=spirv [HIPCC=<chipStar's hipcc>]                SPIR-V, HIP on chipStar
+#                  [CHIPSTAR_PATH=<its installation>]         (default: HIPCC's ..)
 #   STRATA_PORTABLE_INTRINSICS=1   the portable intrinsics on any target (the
 #                                  SPIR-V arithmetic path, runnable on NVIDIA)
 #   STRATA_SPIRV_DOT4=1            GPU=spirv: the native 4x8-bit dot product
@@ -43,9 +44,13 @@ GPU_CC    := $(HIPCC)
 GPU_FLAGS += -x hip $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -Wall -Wextra -Werror
 LDLIBS    += -L$(ROCM_PATH)/lib -lamdhip64 -lstdc++
 else ifeq ($(GPU),spirv)
+# chipStar's headers are named first: clang's HIP driver searches its own
+# include folder after /usr/include, where a ROCm HIP (Debian's libamdhip64-dev)
+# would otherwise win.
+CHIPSTAR_PATH ?= $(abspath $(dir $(shell command -v $(HIPCC) 2>/dev/null))..)
 GPU_CC    := $(HIPCC)
-GPU_FLAGS += -x hip -Wall -Wextra -Werror
-LDLIBS    += -lCHIP -lstdc++
+GPU_FLAGS += -x hip -isystem $(CHIPSTAR_PATH)/include -Wall -Wextra -Werror
+LDLIBS    += -L$(CHIPSTAR_PATH)/lib -Wl,-rpath,$(CHIPSTAR_PATH)/lib -lCHIP -lstdc++
 else
 $(error GPU=$(GPU): use cuda, hip or spirv)
 endif

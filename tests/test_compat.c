@@ -6,6 +6,8 @@
 //   __byte_perm(x, y, s)  byte n = byte (s >> 4n) & 7 of {y, x}; bit 3 of each
 //                         nibble ignored (nvcc masks the selector with 0x7777)
 //   __vsub4, __vsubss4    per-byte wrapping / signed saturating subtraction
+//   a 16-entry byte table looked up per byte lane and per nibble (the IQ4
+//   codebook), both as the multiplexer tree and as byte permutes
 // and the AMD selector translation against a model of v_perm_b32 written from
 // AMD's ISA description: translate + v_perm_b32 == __byte_perm for every
 // selector. Random inputs use a fresh seed each run (STRATA_SEED to repeat).
@@ -209,6 +211,70 @@ static void test_amd_perm_translation(void) {
     CHECK(bad == 0, "%ld translated selectors wrong", bad);
 }
 
+// --- 16-entry byte table ----------------------------------------------------------------------
+// Model: entry e of the table {t0, t1, t2, t3} is byte e % 4 of word e / 4.
+static uint8_t model_entry(const uint32_t t[4], unsigned e) {
+    return (uint8_t)(t[e / 4] >> (8 * (e % 4)));
+}
+
+// The IQ4_NL codebook as GGUF defines it, then tables with every byte different.
+static void lut_table(int k, uint32_t t[4]) {
+    static const int8_t iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
+    for (int w = 0; w < 4; w++) {
+        t[w] = 0;
+        for (int i = 0; i < 4; i++) {
+            uint8_t b = k == 0 ? (uint8_t)iq4nl[4 * w + i] : (uint8_t)rng_u32();
+            t[w] |= (uint32_t)b << (8 * i);
+        }
+    }
+}
+
+// Every word of four indices, on the IQ4_NL table and 15 random ones.
+static void test_lut16_exhaustive(void) {
+    long bad = 0;
+    for (int k = 0; k < 16; k++) {
+        uint32_t t[4];
+        lut_table(k, t);
+        for (uint32_t i = 0; i < 0x10000u; i++) {
+            uint32_t x = (i & 0xfu) | (i & 0xf0u) << 4 | (i & 0xf00u) << 8 | (i & 0xf000u) << 12;
+            uint32_t want = 0;
+            for (int n = 0; n < 4; n++) want |= (uint32_t)model_entry(t, (x >> (8 * n)) & 0xfu) << (8 * n);
+            uint32_t got = st_lut16_portable(x, t[0], t[1], t[2], t[3]);
+            if (got != want && bad++ == 0)
+                CHECK(0, "lut16(0x%08x) = 0x%08x, want 0x%08x", x, got, want);
+        }
+    }
+    CHECK(bad == 0, "%ld index words wrong", bad);
+}
+
+// Both formulations of the nibble lookup (the multiplexer tree, and the byte
+// permutes that targets with a native permute run, here with the portable
+// permute) on random words and on every word of equal bytes.
+static void test_lut16x8(void) {
+    long bad = 0;
+    for (int k = 0; k < 4; k++) {
+        uint32_t t[4];
+        lut_table(k, t);
+        for (int i = 0; i < 250000 + 256; i++) {
+            uint32_t q = i < 256 ? (uint32_t)i * 0x01010101u : rng_u32();
+            uint32_t want_lo = 0, want_hi = 0;
+            for (int n = 0; n < 4; n++) {
+                want_lo |= (uint32_t)model_entry(t, (q >> (8 * n)) & 0xfu) << (8 * n);
+                want_hi |= (uint32_t)model_entry(t, (q >> (8 * n + 4)) & 0xfu) << (8 * n);
+            }
+            uint32_t lo, hi, plo, phi;
+            st_lut16x8_portable(q, t[0], t[1], t[2], t[3], &lo, &hi);
+            ST_LUT16X8_BY_PERM(st_byte_perm_portable, q, t[0], t[1], t[2], t[3], plo, phi);
+            if ((lo != want_lo || hi != want_hi || plo != want_lo || phi != want_hi) &&
+                bad++ == 0)
+                CHECK(0, "lut16x8(0x%08x): tree 0x%08x 0x%08x, permutes 0x%08x 0x%08x, want "
+                      "0x%08x 0x%08x", q, lo, hi, plo, phi, want_lo, want_hi);
+        }
+    }
+    CHECK(bad == 0, "%ld words wrong", bad);
+}
+
 // --- SWAR byte arithmetic ---------------------------------------------------------------------
 // Lanes 0 and 1 run over every byte pair; lanes 2 and 3 over every pair too,
 // in another order.
@@ -251,6 +317,8 @@ int main(void) {
     RUN(test_byte_perm_all_selectors);
     RUN(test_byte_perm_random);
     RUN(test_amd_perm_translation);
+    RUN(test_lut16_exhaustive);
+    RUN(test_lut16x8);
     RUN(test_swar_sub_exhaustive);
     RUN(test_swar_sub_random);
     TEST_END();

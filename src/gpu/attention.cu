@@ -38,16 +38,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
         o[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
+    // Every warp runs the same number of rounds (a warp past the last key
+    // idles through its last one): the warp sum stays in block-uniform
+    // control flow, which OpenCL devices that build sub-group operations on
+    // work-group barriers (PoCL's CPU device) require.
+    for (int jb = j0; jb < j1; jb += ATT_WARPS) {
+        const int j = jb + warp;
+        const bool live = j < j1;
         const float *kr = kc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
         const float *vr = vc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int d = lane + ST_WARP_SIZE * i;
-            if (d < hd) s += qv[i] * kr[d];
+            if (live && d < hd) s += qv[i] * kr[d];
         }
         s = st_warp_sum_f32(s, ST_WARP_SIZE);
+        if (!live) continue;
         if (softcap > 0) s = softcap * tanhf(s * inv_cap);
         const float mn = fmaxf(m, s);
         const float corr = expf(m - mn), p = expf(s - mn);

@@ -17,11 +17,17 @@
 #include "host.h"
 
 // Writes a marker and the warp size the kernels were compiled with for this device.
+// PROBE_THREADS (two waves of the widest target) each write, after the
+// marker and the warp size, the lane its width-ST_WARP_SIZE broadcast of lane
+// 0 came from: the first lane of its own warp when the device's sub-groups
+// are as wide as the kernels assume.
+#define PROBE_THREADS 128
 __global__ void probe_kernel(int *out) {
     if (threadIdx.x == 0) {
         out[0] = 0x5717A;
         out[1] = ST_WARP_SIZE;
     }
+    out[2 + threadIdx.x] = st_shfl((int)threadIdx.x, 0, ST_WARP_SIZE);
 }
 
 const char *gpu_platform_name(void) { return ST_VENDOR_NAME; }
@@ -69,13 +75,15 @@ static void classify(const gpuDeviceProp &p, struct gpu_device_info *o) {
                  o->arch, o->arch);
     }
 #else
-    // gcnArchName: "gfx90a:sramecc+:xnack-" on AMD, "spirv64" on chipStar
+    // gcnArchName: "gfx90a:sramecc+:xnack-" on AMD
     snprintf(o->arch, sizeof o->arch, "%s", p.gcnArchName);
     char *colon = strchr(o->arch, ':');
     if (colon) *colon = 0;
 #if defined(ST_TARGET_SPIRV)
+    // chipStar gives no architecture name (gcnArchName reads "unavailable" on
+    // its OpenCL and Level Zero backends): the class is the binary's target.
     o->vendor = GPU_VENDOR_SPIRV;
-    if (!o->arch[0]) snprintf(o->arch, sizeof o->arch, "spirv64");
+    snprintf(o->arch, sizeof o->arch, "spirv64");
     o->policy = GPU_POLICY_UNVALIDATED;
     snprintf(o->note, sizeof o->note,
              "SPIR-V (chipStar) devices are not run-verified by this project; "
@@ -109,10 +117,11 @@ static void classify(const gpuDeviceProp &p, struct gpu_device_info *o) {
 // device's. Returns 0, or -1 with a message when the runtime itself fails.
 static int probe(struct gpu_device_info *o) {
     int *d = NULL;
-    if (GPU_CHECK(gpuMalloc((void **)&d, 2 * sizeof(int))))
-        return st_fail("GPU %d: cannot allocate the probe's 8 bytes", o->index);
-    int h[2] = {0, 0};
-    probe_kernel<<<1, 64>>>(d);
+    if (GPU_CHECK(gpuMalloc((void **)&d, (2 + PROBE_THREADS) * sizeof(int))))
+        return st_fail("GPU %d: cannot allocate the probe's %d bytes", o->index,
+                       (int)((2 + PROBE_THREADS) * sizeof(int)));
+    int h[2 + PROBE_THREADS] = {0};
+    probe_kernel<<<1, PROBE_THREADS>>>(d);
     const gpuError_t e = gpuGetLastError();
     if (e == gpuSuccess) {
         if (GPU_CHECK(gpuMemcpy(h, d, sizeof h, gpuMemcpyDeviceToHost))) {
@@ -122,6 +131,10 @@ static int probe(struct gpu_device_info *o) {
     }
     (void)gpuFree(d);
     o->has_code = e == gpuSuccess && h[0] == 0x5717A && h[1] == o->warp_size;
+    // the first thread whose broadcast came from another lane than its warp's first
+    int bad_lane = -1;
+    for (int t = 0; o->has_code && t < PROBE_THREADS && bad_lane < 0; t++)
+        if (h[2 + t] != t - t % o->warp_size) bad_lane = t;
     if (e != gpuSuccess) {
         o->policy = GPU_POLICY_UNSUPPORTED;
         snprintf(o->note, sizeof o->note,
@@ -134,6 +147,14 @@ static int probe(struct gpu_device_info *o) {
                  "%s runs %d-lane waves but this binary's kernels for it assume %d: rebuild "
                  "for %s in its default wave mode",
                  o->arch, o->warp_size, h[1], o->arch);
+    } else if (bad_lane >= 0) {
+        // Kernels built for the right width, but the device's sub-groups are
+        // not that wide: every warp reduction would be wrong.
+        o->policy = GPU_POLICY_UNSUPPORTED;
+        snprintf(o->note, sizeof o->note,
+                 "%.64s does not run %d-lane sub-groups: thread %d's width-%d shuffle of lane 0 "
+                 "read thread %d; warp reductions would be wrong",
+                 o->name, o->warp_size, bad_lane, o->warp_size, h[2 + bad_lane]);
     }
     return 0;
 }

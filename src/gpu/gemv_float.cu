@@ -5,6 +5,8 @@
 // (cols a multiple of 8, x 16-byte aligned) and one at a time otherwise. n > 8: 64 × 64 tiles
 // through shared memory, 4 × 4 outputs per thread. Checked against the
 // reference by tests/test_ops.c.
+#include <math.h>
+
 #include "gemv_float.h"
 
 template <int WT> struct gpu_wf;

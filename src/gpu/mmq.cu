@@ -18,7 +18,7 @@
 #define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
 
 template <int T>
-__global__ void __launch_bounds__(GPU_BLOCK, 2) mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2)) mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
     using Q = gpu_qt<T>;
     constexpr int G = Q::PAIRED ? 32 : 16; // elements sharing one weight (d, m)
     constexpr int NG = MMQ_BK / G;         // groups per step

@@ -8,6 +8,8 @@
 // so that every thread keeps several 16-byte loads in flight. Several tokens
 // (n = 2..8, TPR 32) reuse each loaded chunk. Checked against the reference by
 // tests/test_ops.c over every type, ragged shapes and every TPR.
+#include <math.h>
+
 #include "mmvq.h"
 #include "quants.h"
 

@@ -29,24 +29,15 @@ static __device__ __forceinline__ int gpu_sub_bytes(uint32_t v, uint32_t k4) {
     return (int)(((v | 0x80808080u) - k4) ^ 0x80808080u);
 }
 
-// Nibble n of s (low 3 bits) picks byte n of the result from the 8 bytes {y, x}.
-static __device__ __forceinline__ uint32_t gpu_perm(uint32_t x, uint32_t y, uint32_t s) {
-    return st_byte_perm(x, y, s);
-}
-
 // The IQ4_NL codebook looked up for the 8 nibbles of q: byte k of q holds the
 // index of element k (low nibble) and of element k+16 (high nibble); returns
 // the int8 values of elements 0..3 in lo and 16..19 in hi.
 static __device__ __forceinline__ void gpu_iq4_lookup(uint32_t q, int &lo, int &hi) {
     // {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-    const uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
-    // bit 3 of each index picks the table half: byte n of the half-lookups, or byte n + 4
-    const uint32_t half = ((q & 0x88888888u) >> 1) | 0x32103210u;
-    const uint32_t r0 = gpu_perm(gpu_perm(t0, t1, q), gpu_perm(t2, t3, q), half);
-    const uint32_t r1 = gpu_perm(gpu_perm(t0, t1, q >> 16), gpu_perm(t2, t3, q >> 16), half >> 16);
-    // r0 = elements (0, 16, 1, 17), r1 = (2, 18, 3, 19)
-    lo = (int)gpu_perm(r0, r1, 0x6420);
-    hi = (int)gpu_perm(r0, r1, 0x7531);
+    uint32_t l, h;
+    st_lut16x8(q, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u, l, h);
+    lo = (int)l;
+    hi = (int)h;
 }
 
 // Bit 4 of bytes 0..3 from bits 0..3 of b.

@@ -7,7 +7,7 @@
 //
 // and gives kernels, in vendor-neutral names:
 //   - the gpu* runtime names (gpuMalloc, gpuStream_t, ...) and GPU_CHECK;
-//   - ST_WARP_SIZE, ST_MAX_DYN_SMEM;
+//   - ST_WARP_SIZE, ST_MAX_DYN_SMEM, ST_MIN_BLOCKS;
 //   - st_dp4a, st_byte_perm, st_vsub4, st_vsubss4 (native where the target has
 //     the instruction, the portable.h form elsewhere or when
 //     STRATA_PORTABLE_INTRINSICS is defined);
@@ -51,6 +51,13 @@
 #else
 __device__ constexpr int st_warp_size_device_only(void) { return ST_WARP_SIZE_HOST_PASS; }
 #define ST_WARP_SIZE (st_warp_size_device_only())
+#endif
+
+// ST_MIN_BLOCKS(n): the minimum-blocks argument of __launch_bounds__, n
+// unless the target's register file would force a kernel so bounded to spill
+// (vendor_hip.h).
+#ifndef ST_MIN_BLOCKS
+#define ST_MIN_BLOCKS(n) (n)
 #endif
 
 #include "portable.h"

@@ -9,6 +9,7 @@
 //                                       942/950, gfx1011/1012, gfx103x); with STRATA_SPIRV_DOT4
 //                                       v_dot4_i32_iu8 (gfx11, gfx12)
 //   st_byte_perm   __byte_perm          v_perm_b32, selector translated portable byte-table
+//   st_lut16x8     six __byte_perm      six v_perm_b32                  multiplexer tree
 //   st_vsub4       __vsub4              portable (SWAR)                 portable (SWAR)
 //   st_vsubss4     __vsubss4            portable                        portable
 //   st_spin_pause  __nanosleep (sm_70+) s_sleep 1                       system-scope fence
@@ -67,6 +68,23 @@ static __device__ __forceinline__ unsigned st_byte_perm(unsigned x, unsigned y, 
     return __builtin_amdgcn_perm(y, x, st_amd_perm_selector(s));
 #else
     return st_byte_perm_portable(x, y, s);
+#endif
+}
+
+// --- 16-entry byte table ----------------------------------------------------------------
+
+// The 16-entry byte table {t0, t1, t2, t3} (entry e is byte e % 4 of te/4)
+// looked up for the eight nibbles of q: byte k of lo is the entry of the low
+// nibble of byte k of q, byte k of hi that of its high nibble (the IQ4
+// codebook). Six byte permutes where the target has them; elsewhere the
+// multiplexer tree of portable.h, cheaper than six emulated permutes.
+static __device__ __forceinline__ void st_lut16x8(uint32_t q, uint32_t t0, uint32_t t1,
+                                                  uint32_t t2, uint32_t t3, uint32_t &lo,
+                                                  uint32_t &hi) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && (defined(__CUDA_ARCH__) || defined(__AMDGCN__))
+    ST_LUT16X8_BY_PERM(st_byte_perm, q, t0, t1, t2, t3, lo, hi);
+#else
+    st_lut16x8_portable(q, t0, t1, t2, t3, &lo, &hi);
 #endif
 }
 

@@ -19,10 +19,12 @@
 #endif
 #define ST_PORTABLE static inline ST_HOST_DEVICE
 
-// Byte i (0 = least significant) of w, sign-extended to int.
+// Byte i (0 = least significant) of w, sign-extended to int. Written as
+// (b ^ 0x80) - 0x80, the form compilers recognise as a sign extension of the
+// low byte (one instruction on most targets); nvcc compiled the earlier
+// b - ((b & 0x80) << 1) into twice the instructions (docs/BACKENDS.md).
 ST_PORTABLE int st_sbyte(uint32_t w, int i) {
-    uint32_t b = (w >> (8 * i)) & 0xffu;
-    return (int)b - (int)((b & 0x80u) << 1);
+    return (int)(((w >> (8 * i)) & 0xffu) ^ 0x80u) - 0x80;
 }
 
 // c + sum over i of sbyte(a, i) * sbyte(b, i): CUDA __dp4a(int, int, int).
@@ -49,6 +51,61 @@ ST_PORTABLE unsigned st_byte_perm_portable(unsigned x, unsigned y, unsigned s) {
     }
     return r;
 }
+
+// Per byte lane: t0 where the lane of m is 0x00, t1 where it is 0xff.
+ST_PORTABLE uint32_t st_mux_bytes(uint32_t t0, uint32_t t1, uint32_t m) {
+    return t0 ^ ((t0 ^ t1) & m);
+}
+
+// 0xff in each byte lane of x whose bit k is set, 0x00 elsewhere.
+ST_PORTABLE uint32_t st_lane_mask(uint32_t x, int k) {
+    return ((x >> k) & 0x01010101u) * 0xffu;
+}
+
+// The 16-entry byte table t (entry e is byte e % 4 of t[e / 4]) looked up in
+// each byte lane of x, whose bytes hold indices 0-15: byte n of the result is
+// entry (byte n of x). No byte permute and no memory: a multiplexer tree over
+// the four index bits, four lanes at a time (15 lane-wise selects, the
+// table's pairs folded into constants when t is constant).
+ST_PORTABLE uint32_t st_lut16_portable(uint32_t x, uint32_t t0, uint32_t t1, uint32_t t2,
+                                       uint32_t t3) {
+    const uint32_t t[4] = {t0, t1, t2, t3};
+    const uint32_t m0 = st_lane_mask(x, 0), m1 = st_lane_mask(x, 1);
+    const uint32_t m2 = st_lane_mask(x, 2), m3 = st_lane_mask(x, 3);
+    uint32_t quad[4]; // entries 4q .. 4q+3 chosen by bits 0 and 1
+    for (int q = 0; q < 4; q++) {
+        uint32_t e[4];
+        for (int i = 0; i < 4; i++) e[i] = ((t[q] >> (8 * i)) & 0xffu) * 0x01010101u;
+        quad[q] = st_mux_bytes(st_mux_bytes(e[0], e[1], m0), st_mux_bytes(e[2], e[3], m0), m1);
+    }
+    return st_mux_bytes(st_mux_bytes(quad[0], quad[1], m2), st_mux_bytes(quad[2], quad[3], m2), m3);
+}
+
+// The table t looked up for the eight nibbles of q, GGML's nibble layout:
+// byte k of *lo is the entry of the low nibble of byte k of q, byte k of *hi
+// that of its high nibble (st_lut16x8 in intrinsics.h; byte_perm-based there
+// where the target has a byte permute).
+ST_PORTABLE void st_lut16x8_portable(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2,
+                                     uint32_t t3, uint32_t *lo, uint32_t *hi) {
+    *lo = st_lut16_portable(q & 0x0f0f0f0fu, t0, t1, t2, t3);
+    *hi = st_lut16_portable((q >> 4) & 0x0f0f0f0fu, t0, t1, t2, t3);
+}
+
+// The same lookup with four byte permutes and two to reorder, PERM(x, y, s)
+// being __byte_perm or a twin: what the targets with a native byte permute
+// run (st_lut16x8 in intrinsics.h). Byte n of a permute picks by selector
+// nibble n, so the selector q yields elements 0, 16, 1, 17 of the block in one
+// word and 2, 18, 3, 19 in the other; bit 3 of each index picks the table
+// half. A macro, so that host C runs it with st_byte_perm_portable.
+#define ST_LUT16X8_BY_PERM(PERM, q, t0, t1, t2, t3, lo, hi)                                   \
+    do {                                                                                    \
+        const uint32_t half_ = (((q) & 0x88888888u) >> 1) | 0x32103210u;                    \
+        const uint32_t r0_ = PERM(PERM(t0, t1, q), PERM(t2, t3, q), half_);                 \
+        const uint32_t r1_ = PERM(PERM(t0, t1, (q) >> 16), PERM(t2, t3, (q) >> 16),         \
+                                  half_ >> 16);                                             \
+        (lo) = PERM(r0_, r1_, 0x6420u);                                                     \
+        (hi) = PERM(r0_, r1_, 0x7531u);                                                     \
+    } while (0)
 
 // The v_perm_b32 selector that makes AMD's __builtin_amdgcn_perm(y, x, sel)
 // equal CUDA __byte_perm(x, y, s) for every s: v_perm_b32 takes one selector

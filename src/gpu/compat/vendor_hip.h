@@ -37,6 +37,14 @@
 // value only lets kernel bodies compile there.
 #define ST_WARP_SIZE_HOST_PASS 64
 
+// gfx906 has 256 VGPRs per lane and SIMD and no AGPRs to spill into: two
+// 256-thread blocks per CU cap a kernel at 128 VGPRs, and mmq_kernel, which
+// needs about 140, spilled 11 to 34 of them to scratch. There it asks for one
+// block (ST_MIN_BLOCKS in compat.h); gfx908 and later keep the bound.
+#if defined(__gfx906__)
+#define ST_MIN_BLOCKS(n) 1
+#endif
+
 // Dynamic shared memory per block: 64 KiB of LDS is what every supported gfx
 // target gives one block (HIP has no opt-in step).
 #define ST_MAX_DYN_SMEM (64 * 1024)
