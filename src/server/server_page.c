@@ -4,6 +4,36 @@
 // New chat buttons, the model's name and the generation speed.
 #include "server/server_page.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
+const char server_page_favicon[] =
+    "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 32 32'>"
+    "<rect width='32' height='32' rx='6' fill='#263238'/>"
+    "<rect x='6' y='8' width='20' height='4' rx='1' fill='#80cbc4'/>"
+    "<rect x='6' y='14' width='20' height='4' rx='1' fill='#4db6ac'/>"
+    "<rect x='6' y='20' width='20' height='4' rx='1' fill='#26a69a'/></svg>";
+
+char *server_page_marked(size_t *len) {
+    FILE *f = fopen(SERVER_PAGE_MARKED_PATH, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n > 0 && n < (1L << 24) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+            if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+                buf[n] = 0;
+                *len = (size_t)n;
+            } else {
+                free(buf);
+                buf = NULL;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
 const char server_page_html[] =
     "<!doctype html>\n"
     "<html lang='en'>\n"

@@ -47,6 +47,12 @@ void grammar_free(struct grammar *g);
 char *json_schema_to_gbnf(const char *json, size_t len);
 // GBNF of any JSON object (response_format {"type": "json_object"}).
 extern const char grammar_json_object[];
+// json_schema_to_gbnf's rules without a root: the schema's rule is named
+// prefix and every other rule starts with it; the rules refer to those of
+// grammar_json_primitives (ws, json-string, json-value, ...), which a grammar
+// using them must append once.
+char *json_schema_to_gbnf_rules(const char *json, size_t len, const char *prefix);
+extern const char grammar_json_primitives[];
 
 // The vocabulary's token bytes as a trie, built once per tokenizer (read-only
 // afterwards, shareable between threads). Returns NULL with a message on

@@ -31,6 +31,7 @@
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\" ws\n"
 
 const char grammar_json_object[] = "root ::= ws json-object\n" PRIMITIVES;
+const char grammar_json_primitives[] = PRIMITIVES;
 
 struct conv {
     struct sbuf out;   // rules written so far
@@ -40,6 +41,7 @@ struct conv {
     char err[256];
     int n_rules;
     int depth;
+    const char *prefix; // of every rule name
 };
 
 static int fail(struct conv *c, const char *path, const char *fmt, ...)
@@ -178,7 +180,7 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
             snprintf(sub, sizeof sub, "%s/properties/%s", path, p->string);
             char val[64];
             if (node(c, p, sub, val, sizeof val)) return -1;
-            snprintf(kv[i], sizeof kv[i], "r%d", c->n_rules++);
+            snprintf(kv[i], sizeof kv[i], "%sr%d", c->prefix, c->n_rules++);
             sbuf_printf(&c->out, "%s ::= ", kv[i]);
             cJSON *ks = cJSON_CreateString(p->string);
             put_json_literal(&c->out, ks);
@@ -193,7 +195,7 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
         // rule T_i(first) is r<base + 2i + first>
         for (int k = n; k >= 0; k--) {
             for (int first = 0; first <= 1; first++) {
-                sbuf_printf(&c->out, "r%d ::= ", base + 2 * k + first);
+                sbuf_printf(&c->out, "%sr%d ::= ", c->prefix, base + 2 * k + first);
                 const char *sep = first ? "" : "\",\" ws ";
                 if (k == n) {
                     if (extra)
@@ -202,12 +204,13 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
                         sbuf_puts(&c->out, "\"\"\n");
                     continue;
                 }
-                sbuf_printf(&c->out, "%s%s r%d", sep, kv[k], base + 2 * (k + 1));
-                if (!required[k]) sbuf_printf(&c->out, " | r%d", base + 2 * (k + 1) + first);
+                sbuf_printf(&c->out, "%s%s %sr%d", sep, kv[k], c->prefix, base + 2 * (k + 1));
+                if (!required[k])
+                    sbuf_printf(&c->out, " | %sr%d", c->prefix, base + 2 * (k + 1) + first);
                 sbuf_puts(&c->out, "\n");
             }
         }
-        sbuf_printf(body, "\"{\" ws r%d \"}\"", base + 1);
+        sbuf_printf(body, "\"{\" ws %sr%d \"}\"", c->prefix, base + 1);
     } else {
         return fail(c, path, "unknown type '%.40s'", type);
     }
@@ -264,9 +267,9 @@ static int node(struct conv *c, const cJSON *s, const char *path, char *name, si
             c->refs[c->n_refs++] = r;
             char sub[64];
             if (node(c, target, r, sub, sizeof sub)) goto out;
-            sbuf_printf(&c->out, "ref-%d ::= %s\n", i, sub);
+            sbuf_printf(&c->out, "%sref-%d ::= %s\n", c->prefix, i, sub);
         }
-        sbuf_printf(&body, "ref-%d", i);
+        sbuf_printf(&body, "%sref-%d", c->prefix, i);
     } else if (cn) {
         put_json_literal(&body, cn);
     } else if (en) {
@@ -310,7 +313,7 @@ static int node(struct conv *c, const cJSON *s, const char *path, char *name, si
         fail(c, path, "'type' must be a string or an array of strings");
         goto out;
     }
-    snprintf(name, cap, "r%d", c->n_rules++);
+    snprintf(name, cap, "%sr%d", c->prefix, c->n_rules++);
     sbuf_printf(&c->out, "%s ::= %s\n", name, body.p);
     rc = 0;
 out:
@@ -319,13 +322,13 @@ out:
     return rc;
 }
 
-char *json_schema_to_gbnf(const char *json, size_t len) {
+char *json_schema_to_gbnf_rules(const char *json, size_t len, const char *prefix) {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) {
         st_fail("the schema is not valid JSON");
         return NULL;
     }
-    struct conv c = {.root = root};
+    struct conv c = {.root = root, .prefix = prefix};
     char top[64];
     if (node(&c, root, "#", top, sizeof top)) {
         cJSON_Delete(root);
@@ -335,7 +338,16 @@ char *json_schema_to_gbnf(const char *json, size_t len) {
     }
     cJSON_Delete(root);
     struct sbuf g = {0};
-    sbuf_printf(&g, "root ::= ws %s\n%s" PRIMITIVES, top, c.out.p ? c.out.p : "");
+    sbuf_printf(&g, "%s ::= %s\n%s", prefix, top, c.out.p ? c.out.p : "");
     sbuf_free(&c.out);
+    return g.p;
+}
+
+char *json_schema_to_gbnf(const char *json, size_t len) {
+    char *rules = json_schema_to_gbnf_rules(json, len, "s-");
+    if (!rules) return NULL;
+    struct sbuf g = {0};
+    sbuf_printf(&g, "root ::= ws s-\n%s" PRIMITIVES, rules);
+    free(rules);
     return g.p;
 }
