@@ -1,14 +1,15 @@
 #!/bin/sh
 # Installs what building Strata needs from Debian 12's packages, skipping what
-# is already there; with --test, also what the tests drive (headless Chromium
-# and its driver from Debian, the openai and selenium packages from PyPI).
+# is already there (libjs-marked: the Markdown renderer `strata serve` gives its
+# chat page); with --test, also what the tests drive (headless Chromium and its
+# driver from Debian, the openai, selenium and pydantic packages from PyPI).
 # Runs apt-get through sudo when not root.
 set -eu
-PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev python3 python3-pip ca-certificates"
+PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev libedit-dev libjs-marked python3 python3-pip ca-certificates"
 PY=""
 if [ "${1:-}" = "--test" ]; then
     PKGS="$PKGS chromium chromium-driver"
-    PY="openai selenium"
+    PY="openai selenium pydantic"
 elif [ -n "${1:-}" ]; then
     echo "usage: $0 [--test]" >&2
     exit 2

@@ -562,6 +562,126 @@ def t_timeout_partial(binary, model, mid):
     check(status == 0, f"exit status {status}")
 
 
+# --- the chat page ----------------------------------------------------------------------
+
+
+def chrome():
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        raise Skip("the python package 'selenium' is not installed (pip install selenium)")
+    chromium = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if os.path.exists(p)), None)
+    driver = next((p for p in ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver") if os.path.exists(p)), None)
+    if not chromium or not driver:
+        raise Skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+    o = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,800"):
+        o.add_argument(a)
+    o.binary_location = chromium
+    return webdriver.Chrome(service=Service(driver), options=o)
+
+
+MARKDOWN = ("# Title\n\nSome **bold** and `code` <script>window.pwned=1</script> "
+            "<img src=x onerror=\"window.pwned=2\">\n\n```python\nprint('<b>&amp;')\n```\n\n"
+            "[bad](javascript:window.pwned=3) [good](https://example.com/x)")
+
+
+def t_page_features(binary, model, mid):
+    """The chat page in headless Chromium, at 1200 and 400 px: Markdown rendered
+    safely, settings, saved conversations, the context notice, clear errors."""
+    from selenium.webdriver.common.by import By
+    srv = Server(binary, model, "--api-key", KEY)
+    d = chrome()
+    shots = os.environ.get("STRATA_BUILD", "/tmp")
+    try:
+        css = lambda sel: d.find_elements(By.CSS_SELECTOR, sel)  # noqa: E731
+        last = lambda sel: (css(sel) or [None])[-1]  # noqa: E731
+
+        def wait_answer(n):
+            wait_for(lambda: len(css(".msg.assistant")) >= n and css(".msg.assistant")[n - 1].get_attribute("data-done"),
+                     60, f"answer {n} finishing")
+
+        d.get(srv.base + "/")
+        check(d.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href").endswith("/favicon.ico"), "favicon link")
+        # a wrong key: the page says so
+        wait_for(lambda: d.find_element(By.ID, "key-row").is_displayed(), 10, "the key prompt")
+        d.find_element(By.ID, "key").send_keys("wrong")
+        d.find_element(By.ID, "save-key").click()
+        d.find_element(By.ID, "input").send_keys("Hello\n")
+        wait_for(lambda: css(".msg.error"), 10, "an error message")
+        check("API key" in last(".msg.error").text, f"wrong key message: {last('.msg.error').text!r}")
+        d.find_element(By.ID, "key").clear()
+        d.find_element(By.ID, "key").send_keys(KEY)
+        d.find_element(By.ID, "save-key").click()
+        wait_for(lambda: d.find_element(By.ID, "model").text == mid, 10, "the model name")
+        # Markdown, safely
+        check(d.execute_script("return typeof marked") == "function" or d.execute_script("return typeof marked") == "object",
+              "marked did not load")
+        html = d.execute_script("const e = strataRender(arguments[0]); document.body.appendChild(e); return e.innerHTML;", MARKDOWN)
+        time.sleep(0.3)
+        check(d.execute_script("return window.pwned === undefined"), "HTML in an answer ran")
+        check("<h1>Title</h1>" in html and "<strong>bold</strong>" in html and "<code>code</code>" in html, f"markdown: {html[:300]}")
+        check("<script" not in html and "<img" not in html and "&lt;script&gt;" in html, f"raw HTML not escaped: {html}")
+        check('class="language-python"' in html and "print('&lt;b&gt;&amp;amp;')" in html, f"code block: {html}")
+        check("javascript:" not in html and 'href="https://example.com/x"' in html and 'rel="noopener noreferrer"' in html,
+              f"links: {html}")
+        d.execute_script("document.body.lastChild.remove()")
+        # settings: they shape the request and survive a reload
+        d.find_element(By.ID, "open-settings").click()
+        for id_, value in (("temperature", "0"), ("max-tokens", "4"), ("system", "Reply in one word.")):
+            el = d.find_element(By.ID, id_)
+            el.clear()
+            el.send_keys(value)
+        d.find_element(By.ID, "close-settings").click()
+        n_before = len(css(".msg.assistant"))
+        d.find_element(By.ID, "input").send_keys("Name a fruit.\n")
+        wait_answer(n_before + 1)
+        tps = d.find_element(By.ID, "tps").text
+        check(tps.split()[0].isdigit() and int(tps.split()[0]) <= 4, f"max tokens 4 not applied: {tps!r}")
+        d.refresh()
+        wait_for(lambda: d.find_element(By.ID, "model").text == mid, 10, "the model name after a reload")
+        d.find_element(By.ID, "open-settings").click()
+        check(d.find_element(By.ID, "max-tokens").get_attribute("value") == "4" and
+              d.find_element(By.ID, "system").get_attribute("value") == "Reply in one word.", "settings not kept")
+        d.find_element(By.ID, "close-settings").click()
+        # the conversation was saved; picking it shows it again
+        convs = css("#sidebar .conv")
+        check(len(convs) == 1 and "fruit" in convs[0].text, f"saved conversations {[c.text for c in convs]}")
+        convs[0].click()
+        check(len(css(".msg.user")) == 1 and "fruit" in css(".msg.user")[0].text and len(css(".msg.assistant")) == 1,
+              "the saved conversation did not come back")
+        # two long messages do not fit -c 512 together: the oldest turn is left out, with a notice
+        long_text = "Summarize: " + "the quick brown fox jumps over the lazy dog " * 30
+        for k in range(2):
+            d.find_element(By.ID, "input").send_keys(long_text + "\n")
+            wait_answer(2 + k)
+        check(any("left out" in n.text for n in css(".msg.notice")), f"no notice: {[n.text for n in css('.msg.notice')]}")
+        check(not css(".msg.error"), f"errors: {[e.text for e in css('.msg.error')]}")
+        d.save_screenshot(os.path.join(shots, "test_server_page_desktop.png"))
+        # 400 px wide: nothing overflows, the conversation list is behind the menu button
+        d.set_window_size(400, 800)
+        time.sleep(0.5)
+        width = d.execute_script("return document.documentElement.clientWidth")
+        check(d.execute_script("return document.documentElement.scrollWidth") <= width + 1, "the page overflows at 400 px")
+        check(d.find_element(By.ID, "send").is_displayed() and d.find_element(By.ID, "input").is_displayed(), "controls hidden")
+        check(not d.find_element(By.ID, "sidebar").is_displayed(), "the list takes the narrow screen")
+        d.find_element(By.ID, "menu").click()
+        check(d.find_element(By.ID, "sidebar").is_displayed(), "the menu does not open the list")
+        d.save_screenshot(os.path.join(shots, "test_server_page_narrow.png"))
+        d.find_element(By.ID, "menu").click()
+        # the server goes away: the page says so
+        srv.stop()
+        d.find_element(By.ID, "input").send_keys("Are you there?\n")
+        wait_for(lambda: css(".msg.error"), 10, "an error message")
+        check("Cannot reach the server" in last(".msg.error").text, f"server gone: {last('.msg.error').text!r}")
+        print(f"    page: screenshots {shots}/test_server_page_desktop.png and _narrow.png", flush=True)
+    finally:
+        d.quit()
+        if srv.proc.poll() is None:
+            srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.environ.get("STRATA_BIN", "build/strata"))
@@ -589,7 +709,7 @@ def main():
     finally:
         srv.stop()
     for name, fn, extra in [("tools", t_tools, (mid,)), ("cancel_prompt", t_cancel_prompt, ()),
-                            ("timeout_partial", t_timeout_partial, (mid,))]:
+                            ("timeout_partial", t_timeout_partial, (mid,)), ("page_features", t_page_features, (mid,))]:
         if want(name):
             run_test(name, fn, args.bin, args.model, *extra)
     print(f"  ({time.time() - t_start:.1f} s)")

@@ -274,7 +274,8 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
             sse_event(out, chunk_with_choice(s, j, c));
             ch->text_sent = ch->text.len;
         }
-        if (ch->done && !ch->closed) {
+        // the last choice closes with the job, whose timings are final then
+        if (ch->done && !ch->closed && (done || i < j->req.n_choices - 1)) {
             if (ch->tool_calls) {
                 cJSON *c = choice_object(j, i, true, NULL, 0, false, NULL);
                 add_tool_calls(c, ch, true);
@@ -282,7 +283,7 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
             }
             cJSON *last = chunk_with_choice(
                 s, j, choice_object(j, i, true, chat ? NULL : "", 0, false, finish_name(ch->finish)));
-            if (i == j->req.n_choices - 1 || done) cJSON_AddItemToObject(last, "timings", timings_object(j));
+            if (done) cJSON_AddItemToObject(last, "timings", timings_object(j));
             sse_event(out, last);
             ch->closed = true;
         }
