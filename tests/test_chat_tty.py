@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`strata chat` driven through a pseudo-terminal, as a person would use it:
 streamed answers, a follow-up that reuses the cached conversation, /reset,
-Ctrl-C stopping an answer (and leaving at the prompt), /quit, Ctrl-D; and
-with stdin a pipe, one answer per line.
+Ctrl-C stopping an answer before another token is written and clearing the
+line at the prompt, line editing and history (libedit), /set for sampling
+options, /quit, Ctrl-D; and with stdin a pipe, one answer per line.
 
 Prints "  ok NAME" / "  FAIL NAME: why" / "  skip NAME: why" and
 "RESULT passed failed".
@@ -145,6 +146,10 @@ def t_ctrl_c():
         m = s.expect(STATS, timeout=5)
         check(m.group(1) == b"stopped, ", f"not stopped: {m.group(0)}")
         check(int(m.group(2)) < 400 and time.time() - t0 < 3, "the answer did not stop promptly")
+        # the terminal echoes ^C when the signal is sent; not one token may follow it
+        echo = s.out.rfind(b"^C", 0, m.start())
+        check(echo >= 0 and not s.out[echo + 2:m.start()].strip(),
+              f"text after the Ctrl-C: {s.out[echo + 2:m.start()]!r}")
         s.expect(rb"> ")
         s.send(b"Count from 1 to 500, one number per line.\r")  # still alive, history kept
         s.expect(rb"one number per line\.\r?\n")
@@ -153,8 +158,34 @@ def t_ctrl_c():
         m = s.expect(STATS, timeout=5)
         check(m.group(1) == b"stopped, " and int(m.group(4)) > 0, f"after Ctrl-C: {m.group(0)}")
         s.expect(rb"> ")
-        s.send(b"\x03")  # Ctrl-C at the prompt leaves
-        check(s.wait_exit() == 0, "exit status after Ctrl-C at the prompt")
+        s.send(b"some words")
+        s.expect(rb"some words")
+        s.send(b"\x03")  # Ctrl-C at the prompt clears the line: what follows is a fresh line
+        time.sleep(0.3)
+        s.send(b"/quit\r")
+        check(s.wait_exit() == 0, "Ctrl-C at the prompt did not clear the line (/quit was not seen alone)")
+    finally:
+        s.close()
+
+
+def t_editing():
+    s = Session("-n", "8")
+    try:
+        s.expect(rb"> ")
+        s.send(b"/set temp 0.5\r")
+        s.expect(rb"\[temp = 0\.5\]")
+        s.send(b"/set top-k 7\r")
+        s.expect(rb"\[top-k = 7\]")
+        s.send(b"/set bogus 1\r")
+        s.expect(rb"unknown option 'bogus'")
+        s.send(b"/set temp hot\r")
+        s.expect(rb"'hot' is not a number")
+        s.send(b"/set\r")
+        s.expect(rb"\[temp 0\.5, top-k 7, .*n-predict 8\]")
+        s.send(b"\x1b[A\x1b[A\x1b[A\x1b[A\r")  # up four times: /set top-k 7 again
+        s.expect(rb"\[top-k = 7\]")
+        s.send(b"/qut\x1b[Di\r")  # left arrow, insert: /quit
+        check(s.wait_exit() == 0, "the edited line was not /quit")
     finally:
         s.close()
 
@@ -185,7 +216,7 @@ def main():
         RESULTS["fail"] += 1
         print(f"  FAIL chat tty tests: {BIN} is not built")
     else:
-        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("eof", t_eof), ("pipe", t_pipe)]:
+        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("editing", t_editing), ("eof", t_eof), ("pipe", t_pipe)]:
             run(name, fn)
     print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
     return 1 if RESULTS["fail"] else 0
