@@ -200,6 +200,48 @@ def t_eof():
         s.close()
 
 
+def pty_output(args, env, until, timeout=30):
+    """Runs BIN args on a pseudo-terminal until `until` (bytes) shows; returns the output."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(BIN, [BIN, *args], env)
+    out, deadline = b"", time.time() + timeout
+    try:
+        while until not in out and time.time() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not data:
+                    break
+                out += data
+    finally:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out
+
+
+def t_load_progress():
+    """run, chat and serve draw a load bar on a terminal (forced here: the test
+    model loads faster than the bar's quarter-second threshold), none on a pipe."""
+    env = dict(os.environ, STRATA_LOAD_PROGRESS="1")
+    bar = re.compile(rb"strata: loading SmolLM2[^\r\n]*\[#{30}\] 100% (\d+)/\1 MiB")
+    for args, until in ((["run", "-m", MODEL, "-t", "1", "-p", "Hi", "-n", "2"], b"generated"),
+                        (["chat", "-m", MODEL, "-t", "1"], b"> "),
+                        (["serve", "-m", MODEL, "-t", "1", "--port", "0"], b"ready in")):
+        out = pty_output(args, env, until)
+        check(bar.search(out), f"strata {args[0]}: no load bar: {out[-300:]!r}")
+    p = subprocess.run([BIN, "run", "-m", MODEL, "-t", "1", "-p", "Hi", "-n", "2"], env=env,
+                       capture_output=True, timeout=60)
+    check(p.returncode == 0 and b"loading" not in p.stderr, f"a bar on a pipe: {p.stderr[-300:]!r}")
+
+
 def t_pipe():
     p = subprocess.run([BIN, "chat", "-m", MODEL, "-c", "512", "-t", "1", "--temp", "0", "-n", "12"],
                        input=b"What is 2+2?\n\nName a color.\n", capture_output=True, timeout=60)
@@ -216,7 +258,8 @@ def main():
         RESULTS["fail"] += 1
         print(f"  FAIL chat tty tests: {BIN} is not built")
     else:
-        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("editing", t_editing), ("eof", t_eof), ("pipe", t_pipe)]:
+        for name, fn in [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("editing", t_editing), ("eof", t_eof), ("pipe", t_pipe),
+                         ("load_progress", t_load_progress)]:
             run(name, fn)
     print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
     return 1 if RESULTS["fail"] else 0

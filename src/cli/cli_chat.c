@@ -288,6 +288,7 @@ static int chat_set(const char *args, struct sampler_params *sp, long long *n_pr
 int cli_chat(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
+    o.s.progress = true; // a bar on a terminal while a large model is read in
     const char *system = NULL, *template_name = NULL;
     long long n_predict = -1;
     bool no_think = false;

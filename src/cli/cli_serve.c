@@ -44,6 +44,7 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     struct cli_model_opts mo;
     cli_model_opts_default(&mo);
+    mo.s.progress = true; // a bar on a terminal while a large model is read in
     cfg->host = "127.0.0.1";
     cfg->port = 8080;
     cfg->api_key = getenv("STRATA_API_KEY");
