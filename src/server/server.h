@@ -5,14 +5,20 @@
 //   server_http.c     HTTP (libmicrohttpd, a thread per connection): routes,
 //                     authentication, bodies, SSE streaming, disconnects
 //   server_request.c  request bodies (cJSON): every field's type and range,
-//                     prompts rendered and tokenized; /tokenize, /detokenize
-//   server_json.c     responses shaped as OpenAI's: completions, chunks, errors
-//   server_queue.c    the FIFO of generation jobs and the one worker thread
-//                     that owns the model and its context
+//                     prompts rendered and tokenized, grammars compiled;
+//                     embeddings inputs; /tokenize, /detokenize
+//   server_tools.c    tools: definitions and earlier calls for the template,
+//                     forced calls as a grammar, calls parsed from answers
+//   server_json.c     responses shaped as OpenAI's: completions, chunks,
+//                     logprobs, tool calls, embeddings, /props, errors
+//   server_queue.c    the FIFO of jobs and the one worker thread that owns the
+//                     model and its context: choices, sampling hooks
+//                     (penalties, logit_bias, grammar masks, logprobs),
+//                     cancellation, embeddings
 //   server_metrics.c  counters and the Prometheus text of /metrics
 //   server_text.c     UTF-8 and stop strings (server_text.h)
 //   server_util.c     error objects, random values, response ids
-//   server_page.c     the chat page served at /
+//   server_page.c     the chat page served at /, its icon, the Markdown renderer
 //
 // Threads: libmicrohttpd runs each connection on its own thread; one worker
 // thread loads the model, then runs jobs one at a time in arrival order. A

@@ -399,7 +399,8 @@ static int parse_sequence(struct parser *ps, int r, const char *name, bool neste
                 return 0;
             }
             ps->p = e;
-            rule_push(&g->rules[r], G_REF, rule_find(g, s, (size_t)(e - s), true));
+            const int ref = rule_find(g, s, (size_t)(e - s), true); // may move g->rules
+            rule_push(&g->rules[r], G_REF, ref);
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
             if (last_start < 0 || g->rules[r].n - last_start != 1)
                 return perr(ps, "a repetition operator with nothing before it");
@@ -426,7 +427,8 @@ static int parse_sequence(struct parser *ps, int r, const char *name, bool neste
                 ps->p++;
             }
             g->rules[r].n = last_start;
-            rule_push(&g->rules[r], G_REF, repeat(g, name, x, min, max).arg);
+            const int rep = repeat(g, name, x, min, max).arg; // adds rules: g->rules may move
+            rule_push(&g->rules[r], G_REF, rep);
             last_start = -1;
             continue;
         } else {
