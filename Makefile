@@ -9,6 +9,8 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -march=$(ARCH) -D_GNU_SOURCE -MMD -MP -Isrc
 LDLIBS  += -lm -lpthread -lpcre2-8 -lutf8proc -lmicrohttpd -lcjson
+# strata chat's line editor (Debian: libedit-dev)
+LDLIBS  += -ledit
 
 BUILD   := build
 SRC_DIRS := src src/format src/text src/model src/cpu src/server src/cli

@@ -1,19 +1,20 @@
 #!/bin/sh
 # Installs what building Strata needs from Debian 12's packages, skipping what
-# is already there; with --test, also what the tests drive (headless Chromium
-# and its driver from Debian; from PyPI the openai and selenium packages, and
+# is already there (libjs-marked: the Markdown renderer `strata serve` gives its
+# chat page); with --test, also what the tests drive (headless Chromium
+# and its driver from Debian; from PyPI the openai, selenium and pydantic packages, and
 # llama-cpp-python, numpy and gguf: llama.cpp as an independent oracle, built
 # from source for the CPU, with cmake and g++ from Debian) and what make
 # test-asan, test-tsan and fuzz-ci need: clang's sanitizer and libFuzzer
 # runtimes (libclang-rt-14-dev) and llvm-symbolizer (llvm) for readable reports.
 # Runs apt-get through sudo when not root.
 set -eu
-PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev python3 python3-pip ca-certificates"
+PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev libedit-dev libjs-marked python3 python3-pip ca-certificates"
 PY=""
 if [ "${1:-}" = "--test" ]; then
     PKGS="$PKGS chromium chromium-driver cmake g++ libclang-rt-14-dev llvm"
     # module=package: a module that already imports costs nothing
-    PY="openai=openai selenium=selenium numpy=numpy gguf=gguf llama_cpp=llama-cpp-python==0.3.36"
+    PY="openai=openai selenium=selenium pydantic=pydantic numpy=numpy gguf=gguf llama_cpp=llama-cpp-python==0.3.36"
 elif [ -n "${1:-}" ]; then
     echo "usage: $0 [--test]" >&2
     exit 2

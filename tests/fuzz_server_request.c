@@ -1,6 +1,7 @@
 // fuzz_server_request.c: libFuzzer target for the server's request path —
-// arbitrary bytes as the body of a chat request, a completion request,
-// /tokenize and /detokenize, with the test model's tokenizer and chat template
+// arbitrary bytes as the body of a chat request, a completion request, an
+// embeddings request (grammars, JSON schemas and tools included), /tokenize
+// and /detokenize, with the test model's tokenizer and chat template
 // (STRATA_TEST_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf). Every
 // body must be either accepted as a request within its bounds or refused with
 // a 4xx whose error object is valid JSON.
@@ -26,6 +27,7 @@ static void setup(void) {
     session_opts_default(&srv.cfg.so);
     srv.cfg.sp = sampler_default_params();
     srv.have_chat = session_chat_format(srv.sess.model, NULL, &srv.fmt) == 0;
+    srv.pooling = 1;
     snprintf(srv.model_id, sizeof srv.model_id, "fuzz");
     srv.n_ctx = 512;
     srv.rng = 1;
@@ -59,17 +61,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ST_ASSERT(body);
     memcpy(body, data, size);
     body[size] = 0;
-    for (int kind = SRV_CHAT; kind <= SRV_COMPLETION; kind++) {
+    for (int kind = SRV_CHAT; kind <= SRV_EMBEDDING; kind++) {
         struct srv_request r;
         struct srv_error e;
-        if (srv_request_parse(&srv, (enum srv_kind)kind, body, size, &r, &e)) {
+        int rc = kind == SRV_EMBEDDING ? srv_embeddings_parse(&srv, body, size, &r, &e)
+                                       : srv_request_parse(&srv, (enum srv_kind)kind, body, size, &r, &e);
+        if (rc) {
             check_error(&e);
+            continue;
+        }
+        if (kind == SRV_EMBEDDING) {
+            ST_ASSERT(r.n_inputs >= 1 && r.n_inputs <= SRV_MAX_INPUTS);
+            for (int i = 0; i < r.n_inputs; i++)
+                ST_ASSERT(r.n_input_tokens[i] >= 1 && r.n_input_tokens[i] <= srv.n_ctx);
+            srv_request_free(&r);
             continue;
         }
         ST_ASSERT(r.n_prompt >= 1 && r.n_prompt < srv.n_ctx);
         for (int i = 0; i < r.n_prompt; i++)
             ST_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < srv.sess.model->hp.n_vocab);
-        ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx));
+        ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx - r.n_prompt));
+        ST_ASSERT(r.n_choices >= 1 && r.n_choices <= SRV_MAX_CHOICES);
+        ST_ASSERT(r.logprobs >= -1 && r.logprobs <= SRV_MAX_TOP);
         ST_ASSERT(sampler_params_check(&r.sp) == 0);
         for (int i = 0; i < r.n_stop; i++)
             ST_ASSERT(r.stop[i][0] && utf8_valid(r.stop[i], strlen(r.stop[i])));

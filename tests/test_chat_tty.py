@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`strata chat` driven through a pseudo-terminal, as a person would use it:
 streamed answers, a follow-up that reuses the cached conversation, /reset,
-Ctrl-C stopping an answer (and leaving at the prompt), /quit, Ctrl-D; and
-with stdin a pipe, one answer per line.
+Ctrl-C stopping an answer before another token is written and clearing the
+line at the prompt, line editing and history (libedit), /set for sampling
+options, /quit, Ctrl-D; and with stdin a pipe, one answer per line.
 
 Prints "  ok NAME" / "  FAIL NAME: why" / "  skip NAME: why" and
 "RESULT passed failed skipped".
@@ -145,6 +146,10 @@ def t_ctrl_c():
         m = s.expect(STATS, timeout=5)
         check(m.group(1) == b"stopped, ", f"not stopped: {m.group(0)}")
         check(int(m.group(2)) < 400 and time.time() - t0 < 3, "the answer did not stop promptly")
+        # the terminal echoes ^C when the signal is sent; not one token may follow it
+        echo = s.out.rfind(b"^C", 0, m.start())
+        check(echo >= 0 and not s.out[echo + 2:m.start()].strip(),
+              f"text after the Ctrl-C: {s.out[echo + 2:m.start()]!r}")
         s.expect(rb"> ")
         s.send(b"Count from 1 to 500, one number per line.\r")  # still alive, history kept
         s.expect(rb"one number per line\.\r?\n")
@@ -153,8 +158,34 @@ def t_ctrl_c():
         m = s.expect(STATS, timeout=5)
         check(m.group(1) == b"stopped, " and int(m.group(4)) > 0, f"after Ctrl-C: {m.group(0)}")
         s.expect(rb"> ")
-        s.send(b"\x03")  # Ctrl-C at the prompt leaves
-        check(s.wait_exit() == 0, "exit status after Ctrl-C at the prompt")
+        s.send(b"some words")
+        s.expect(rb"some words")
+        s.send(b"\x03")  # Ctrl-C at the prompt clears the line: what follows is a fresh line
+        time.sleep(0.3)
+        s.send(b"/quit\r")
+        check(s.wait_exit() == 0, "Ctrl-C at the prompt did not clear the line (/quit was not seen alone)")
+    finally:
+        s.close()
+
+
+def t_editing():
+    s = Session("-n", "8")
+    try:
+        s.expect(rb"> ")
+        s.send(b"/set temp 0.5\r")
+        s.expect(rb"\[temp = 0\.5\]")
+        s.send(b"/set top-k 7\r")
+        s.expect(rb"\[top-k = 7\]")
+        s.send(b"/set bogus 1\r")
+        s.expect(rb"unknown option 'bogus'")
+        s.send(b"/set temp hot\r")
+        s.expect(rb"'hot' is not a number")
+        s.send(b"/set\r")
+        s.expect(rb"\[temp 0\.5, top-k 7, .*n-predict 8\]")
+        s.send(b"\x1b[A\x1b[A\x1b[A\x1b[A\r")  # up four times: /set top-k 7 again
+        s.expect(rb"\[top-k = 7\]")
+        s.send(b"/qut\x1b[Di\r")  # left arrow, insert: /quit
+        check(s.wait_exit() == 0, "the edited line was not /quit")
     finally:
         s.close()
 
@@ -169,6 +200,48 @@ def t_eof():
         s.close()
 
 
+def pty_output(args, env, until, timeout=30):
+    """Runs BIN args on a pseudo-terminal until `until` (bytes) shows; returns the output."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(BIN, [BIN, *args], env)
+    out, deadline = b"", time.time() + timeout
+    try:
+        while until not in out and time.time() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not data:
+                    break
+                out += data
+    finally:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out
+
+
+def t_load_progress():
+    """run, chat and serve draw a load bar on a terminal (forced here: the test
+    model loads faster than the bar's quarter-second threshold), none on a pipe."""
+    env = dict(os.environ, STRATA_LOAD_PROGRESS="1")
+    bar = re.compile(rb"strata: loading SmolLM2[^\r\n]*\[#{30}\] 100% (\d+)/\1 MiB")
+    for args, until in ((["run", "-m", MODEL, "-t", "1", "-p", "Hi", "-n", "2"], b"generated"),
+                        (["chat", "-m", MODEL, "-t", "1"], b"> "),
+                        (["serve", "-m", MODEL, "-t", "1", "--port", "0"], b"ready in")):
+        out = pty_output(args, env, until)
+        check(bar.search(out), f"strata {args[0]}: no load bar: {out[-300:]!r}")
+    p = subprocess.run([BIN, "run", "-m", MODEL, "-t", "1", "-p", "Hi", "-n", "2"], env=env,
+                       capture_output=True, timeout=60)
+    check(p.returncode == 0 and b"loading" not in p.stderr, f"a bar on a pipe: {p.stderr[-300:]!r}")
+
+
 def t_pipe():
     p = subprocess.run([BIN, "chat", "-m", MODEL, "-c", "512", "-t", "1", "--temp", "0", "-n", "12"],
                        input=b"What is 2+2?\n\nName a color.\n", capture_output=True, timeout=60)
@@ -179,7 +252,8 @@ def t_pipe():
 
 
 def main():
-    tests = [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("eof", t_eof), ("pipe", t_pipe)]
+    tests = [("conversation", t_conversation), ("ctrl_c", t_ctrl_c), ("editing", t_editing), ("eof", t_eof),
+             ("pipe", t_pipe), ("load_progress", t_load_progress)]
     if not os.path.exists(MODEL):
         for name, _ in tests:
             RESULTS["skip"] += 1

@@ -380,7 +380,6 @@ BAD_REQUESTS = [
     ("top_p negative", "/v1/chat/completions", {"messages": USER, "top_p": -0.5}, 400, "top_p", "invalid_value"),
     ("max_tokens zero", "/v1/chat/completions", {"messages": USER, "max_tokens": 0}, 400, "max_tokens", "invalid_value"),
     ("max_tokens negative", "/v1/chat/completions", {"messages": USER, "max_tokens": -5}, 400, "max_tokens", "invalid_value"),
-    ("max_tokens beyond context", "/v1/chat/completions", {"messages": USER, "max_tokens": 100000}, 400, "max_tokens", "invalid_value"),
     ("max_tokens huge", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e999}', 400, "max_tokens", None),
     ("max_tokens fractional", "/v1/chat/completions", {"messages": USER, "max_tokens": 2.5}, 400, "max_tokens", "invalid_type"),
     ("max_tokens a bool", "/v1/chat/completions", {"messages": USER, "max_tokens": True}, 400, "max_tokens", "invalid_type"),
@@ -389,8 +388,8 @@ BAD_REQUESTS = [
     ("stop a number", "/v1/chat/completions", {"messages": USER, "stop": 5}, 400, "stop", "invalid_type"),
     ("stop empty string", "/v1/chat/completions", {"messages": USER, "stop": [""]}, 400, "stop[0]", "invalid_value"),
     ("too many stops", "/v1/chat/completions", {"messages": USER, "stop": ["a"] * 17}, 400, "stop", "invalid_value"),
-    ("n = 2", "/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n", "unsupported_parameter"),
-    ("tools", "/v1/chat/completions", {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools", "unsupported_parameter"),
+    ("n = 0", "/v1/chat/completions", {"messages": USER, "n": 0}, 400, "n", "invalid_value"),
+    ("tools", "/v1/chat/completions", {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0]", "invalid_value"),
     ("model a number", "/v1/chat/completions", {"messages": USER, "model": 3}, 400, "model", "invalid_type"),
     ("chat_template_kwargs a number", "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": 1}, 400, "chat_template_kwargs", "invalid_type"),
     ("enable_thinking a string", "/v1/chat/completions", {"messages": USER, "chat_template_kwargs": {"enable_thinking": "no"}}, 400, "chat_template_kwargs.enable_thinking", "invalid_type"),
@@ -501,9 +500,15 @@ def t_disconnect(srv, model_id):
     t0 = time.time()
     wait_for(lambda: metrics(srv.port)["strata_requests_in_flight"] == 0, 3, "the generation stopping")
     m1 = metrics(srv.port)
-    check(m1["strata_requests_failed_total"] == m0["strata_requests_failed_total"] + 1, "not counted as cancelled")
-    check(m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"] < 200,
-          "the generation ran on after the disconnect")
+    # an ordinary event: counted as cancelled, not failed, and logged as a disconnect
+    check(m1["strata_requests_cancelled_total"] == m0["strata_requests_cancelled_total"] + 1, "not counted as cancelled")
+    check(m1["strata_requests_failed_total"] == m0["strata_requests_failed_total"], "counted as a failure")
+    check("client disconnected" in srv.stderr(), "the disconnect was not logged as one")
+    # only what was delivered counts: the client read 3 events, the socket may have held a few more
+    check(m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"] < 40,
+          "undelivered tokens were counted (or the generation ran on)")
+    check(m1["strata_generation_tokens_per_second"] == m0["strata_generation_tokens_per_second"],
+          "a cancelled request moved the generation speed gauge")
     stopped_in = time.time() - t0
     # a queued request whose client leaves is dropped from the queue
     c, r = open_stream(srv.port, dict(counting, prompt="100, 101, 102, 103,"))
@@ -679,10 +684,11 @@ def t_limits(binary, model):
         t.join(10 * SLOW)
         s, h, b = result["b"]
         error_of(s, b, 503, None, "timeout", "queued past --timeout")
-        last = None
-        for data in sse_events(r1):
-            last = data
-        check(last and b'"timeout"' in last, f"the stream did not end with a timeout error: {last!r}")
+        events = list(sse_events(r1))
+        # tokens came: a last chunk with finish_reason "timeout", then [DONE]; none: an error event
+        ended = (events[-1] == b"[DONE]" and b'"finish_reason":"timeout"' in events[-2]) or \
+            (b'"code":"timeout"' in events[-1])
+        check(ended, f"the stream did not end with a timeout: {events[-2:]!r}")
         c1.close()
         # a client that stops sending is cut off after --idle-timeout
         sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)

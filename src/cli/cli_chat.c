@@ -2,17 +2,21 @@
 //
 // The whole conversation is rendered with the model's chat template at every
 // turn; context_eval keeps the longest prefix the cache already holds, so a
-// follow-up only reads the new turn. Ctrl-C (SIGINT) stops the answer being
-// written and returns to the prompt; at the prompt it leaves, as does EOF.
-// With stdin not a terminal, each line is a message and only answers are
-// written to stdout.
+// follow-up only reads the new turn. On a terminal the prompt is libedit's
+// line editor (emacs keys, history with the arrows); Ctrl-C there clears the
+// line (the editor takes it as a key: the terminal's signal character is off
+// while editing), Ctrl-D on an empty line or /quit leaves. Ctrl-C during an
+// answer (SIGINT) stops it before the next token is written. /set changes the
+// sampling options between answers. With stdin not a terminal, each line is a
+// message and only answers are written to stdout.
 //
 // SIGINT is blocked except while an answer is generated and while waiting for
-// input inside ppoll, which unblocks it atomically: a Ctrl-C can then never
-// fall between a check of the flag and a blocking read. It is blocked before
-// the backend starts its threads, so they inherit the block and the signal
-// always comes to this thread.
+// piped input inside ppoll, which unblocks it atomically: a Ctrl-C can then
+// never fall between a check of the flag and a blocking read. It is blocked
+// before the backend starts its threads, so they inherit the block and the
+// signal always comes to this thread.
 #include <errno.h>
+#include <histedit.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -37,8 +41,12 @@ static const char chat_help[] =
     "only costs its own tokens. Type a message and press Enter; answers stream out.\n"
     "\n"
     "  /reset                 start a new conversation (the system message stays)\n"
-    "  /quit                  leave (so do Ctrl-D and Ctrl-C at the prompt)\n"
-    "  Ctrl-C                 while an answer is being written: stop it\n"
+    "  /set                   show the sampling options; /set NAME VALUE changes one:\n"
+    "                         temp, top-k, top-p, min-p, repeat-penalty, repeat-last-n,\n"
+    "                         seed, n-predict (e.g. /set temp 0.7)\n"
+    "  /quit                  leave (so does Ctrl-D on an empty line)\n"
+    "  Ctrl-C                 at the prompt: clear the line; during an answer: stop it\n"
+    "  Up, Down               earlier lines (history); the usual emacs editing keys\n"
     "  //TEXT                 send a message that starts with '/'\n"
     "\n"
     "      --system TEXT      a system message at the start of the conversation\n"
@@ -135,6 +143,7 @@ static void conv_free(struct conversation *c) {
 // Streams a piece of the answer to stdout and keeps it (user: struct sbuf).
 static int on_token(void *user, int32_t id, const char *piece, size_t len) {
     (void)id;
+    if (interrupted) return 1; // Ctrl-C came during the forward pass: not one more token
     fwrite(piece, 1, len, stdout);
     fflush(stdout);
     sbuf_append(user, piece, len);
@@ -168,9 +177,119 @@ static int fit_conversation(const struct model *m, const struct chat_format *fmt
     }
 }
 
+// --- the line editor (libedit) -------------------------------------------------------
+
+static char *editor_prompt(EditLine *e) {
+    (void)e;
+    return (char *)"> ";
+}
+
+// Ctrl-C at the prompt: the line is cleared.
+static unsigned char editor_clear(EditLine *e, int ch) {
+    (void)ch;
+    const LineInfo *li = el_line(e);
+    el_cursor(e, (int)(li->lastchar - li->cursor));
+    li = el_line(e);
+    el_deletestr(e, (int)(li->cursor - li->buffer));
+    return CC_REFRESH;
+}
+
+struct editor {
+    EditLine *el;
+    History *hist;
+};
+
+static int editor_open(struct editor *ed, const char *prog) {
+    HistEvent ev;
+    if (!(ed->el = el_init(prog, stdin, stdout, stderr))) return st_fail("cannot start the line editor");
+    ed->hist = history_init();
+    history(ed->hist, &ev, H_SETSIZE, 1000);
+    history(ed->hist, &ev, H_SETUNIQUE, 1);
+    el_set(ed->el, EL_EDITOR, "emacs");
+    el_set(ed->el, EL_PROMPT, editor_prompt);
+    el_set(ed->el, EL_HIST, history, ed->hist);
+    el_set(ed->el, EL_SIGNAL, 1); // the terminal is restored if a signal ends the program
+    el_set(ed->el, EL_ADDFN, "strata-clear-line", "clear the line", editor_clear);
+    el_set(ed->el, EL_BIND, "^C", "strata-clear-line", NULL);
+    const char *setty[] = {"setty", "-d", "-isig", NULL}; // ^C is a key while editing
+    el_parse(ed->el, 3, setty);
+    return 0;
+}
+
+static void editor_close(struct editor *ed) {
+    if (ed->el) el_end(ed->el);
+    if (ed->hist) history_end(ed->hist);
+}
+
+// Reads a line into out (no newline). Returns 1, or 0 at EOF (Ctrl-D).
+static int editor_line(struct editor *ed, struct sbuf *out) {
+    int n = 0;
+    const char *line = el_gets(ed->el, &n);
+    if (!line || n <= 0) return 0;
+    out->len = 0;
+    sbuf_append(out, line, (size_t)n);
+    while (out->len && (out->p[out->len - 1] == '\n' || out->p[out->len - 1] == '\r')) out->p[--out->len] = 0;
+    if (out->len) {
+        HistEvent ev;
+        history(ed->hist, &ev, H_ENTER, out->p);
+    }
+    return 1;
+}
+
+// /set NAME VALUE (or /set alone: the current values). Returns 1 when the
+// sampler must be made again.
+static int chat_set(const char *args, struct sampler_params *sp, long long *n_predict) {
+    char name[32] = "", value[64] = "";
+    int got = sscanf(args, "%31s %63s", name, value);
+    if (got <= 0) {
+        fprintf(stderr,
+                "[temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, repeat-last-n %d, "
+                "seed %llu, n-predict %lld]\n",
+                (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p,
+                (double)sp->repeat_penalty, sp->repeat_last_n, (unsigned long long)sp->seed,
+                *n_predict);
+        return 0;
+    }
+    struct sampler_params p = *sp;
+    double f;
+    long long n;
+    int rc = 0;
+    if (got < 2) rc = st_fail("/set %s needs a value", name);
+    else if (!strcmp(name, "temp") || !strcmp(name, "temperature"))
+        rc = cli_parse_float(name, value, 0, 1e6, &f) ? -1 : (p.temperature = (float)f, 0);
+    else if (!strcmp(name, "top-k"))
+        rc = cli_parse_int(name, value, 0, 1 << 30, &n) ? -1 : (p.top_k = (int)n, 0);
+    else if (!strcmp(name, "top-p"))
+        rc = cli_parse_float(name, value, 1e-9, 1, &f) ? -1 : (p.top_p = (float)f, 0);
+    else if (!strcmp(name, "min-p"))
+        rc = cli_parse_float(name, value, 0, 1, &f) ? -1 : (p.min_p = (float)f, 0);
+    else if (!strcmp(name, "repeat-penalty"))
+        rc = cli_parse_float(name, value, 1e-3, 1e3, &f) ? -1 : (p.repeat_penalty = (float)f, 0);
+    else if (!strcmp(name, "repeat-last-n"))
+        rc = cli_parse_int(name, value, 0, 1 << 24, &n) ? -1 : (p.repeat_last_n = (int)n, 0);
+    else if (!strcmp(name, "seed"))
+        rc = cli_parse_int(name, value, 0, (long long)1 << 62, &n) ? -1 : (p.seed = (uint64_t)n, 0);
+    else if (!strcmp(name, "n-predict")) {
+        rc = cli_parse_int(name, value, -1, 1 << 30, &n);
+        if (!rc && n == 0) rc = st_fail("n-predict 0 would give empty answers; use -1 or a count");
+        if (!rc) *n_predict = n;
+    } else
+        rc = st_fail("/set: unknown option '%s' (temp, top-k, top-p, min-p, repeat-penalty, "
+                     "repeat-last-n, seed, n-predict)",
+                     name);
+    if (rc || sampler_params_check(&p)) {
+        fprintf(stderr, "[%s]\n", st_last_error());
+        return 0;
+    }
+    *sp = p;
+    fprintf(stderr, "[%s = %s]\n", name, value);
+    return 1;
+}
+
 int cli_chat(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
+    o.s.progress = true; // a bar on a terminal while a large model is read in
     const char *system = NULL, *template_name = NULL;
     long long n_predict = -1;
     bool no_think = false;
@@ -215,6 +334,7 @@ int cli_chat(int argc, char **argv) {
     struct chat_format fmt;
     struct line_reader reader = {0};
     struct sbuf line_buf = {0};
+    struct editor ed = {0};
     sigset_t sigint, wait_mask, old_mask;
     sigemptyset(&sigint);
     sigaddset(&sigint, SIGINT);
@@ -230,23 +350,20 @@ int cli_chat(int argc, char **argv) {
     if (session_chat_format(m, template_name, &fmt) || session_chat_no_think(&fmt, no_think))
         goto fail;
     if (!(smp = sampler_init(&o.sp, m->hp.n_vocab))) goto fail;
+    const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (tty && editor_open(&ed, argv[0])) goto fail;
     const int first = system ? 1 : 0; // messages before `first` are never dropped
     if (system) conv_push(&conv, "system", system, strlen(system));
     const int n_ctx = ctx->n_ctx;
-    const int reserve = n_predict > 0 && n_predict < n_ctx / 2 ? (int)n_predict : n_ctx / 4;
 
-    const bool tty = isatty(STDIN_FILENO);
     if (tty)
         fprintf(stderr,
-                "strata chat: %s, context %d, template %s. /reset starts over, /quit or Ctrl-D "
-                "leaves, Ctrl-C stops an answer.\n",
+                "strata chat: %s, context %d, template %s. /reset starts over, /set changes "
+                "sampling, /quit or Ctrl-D leaves, Ctrl-C stops an answer.\n",
                 o.s.model, n_ctx, chat_template_name(fmt.kind));
     for (;;) {
-        if (tty) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        if (read_line(&reader, &line_buf, &wait_mask) <= 0) { // EOF, or Ctrl-C at the prompt
+        int got = tty ? editor_line(&ed, &line_buf) : read_line(&reader, &line_buf, &wait_mask);
+        if (got <= 0) { // EOF (or Ctrl-C while piped input was awaited)
             if (tty) fputs("\n", stdout);
             break;
         }
@@ -261,8 +378,13 @@ int cli_chat(int argc, char **argv) {
             if (!strcmp(line, "/reset")) {
                 conv_remove(&conv, first, conv.n - first);
                 fprintf(stderr, "[new conversation]\n");
+            } else if (!strcmp(line, "/set") || !strncmp(line, "/set ", 5)) {
+                if (chat_set(line + 4, &o.sp, &n_predict)) {
+                    sampler_free(smp);
+                    if (!(smp = sampler_init(&o.sp, m->hp.n_vocab))) goto fail;
+                }
             } else {
-                fprintf(stderr, "[unknown command '%s': /reset, /quit; //TEXT sends /TEXT]\n",
+                fprintf(stderr, "[unknown command '%s': /reset, /set, /quit; //TEXT sends /TEXT]\n",
                         line);
             }
             continue;
@@ -270,6 +392,7 @@ int cli_chat(int argc, char **argv) {
         if (line[0] == '/') text = line + 1, len--;
         conv_push(&conv, "user", text, len);
         int32_t *ids = NULL;
+        const int reserve = n_predict > 0 && n_predict < n_ctx / 2 ? (int)n_predict : n_ctx / 4;
         int n = fit_conversation(m, &fmt, &conv, first, n_ctx, reserve, &ids);
         if (n < 0) {
             fprintf(stderr, "[%s]\n", st_last_error());
@@ -305,6 +428,7 @@ int cli_chat(int argc, char **argv) {
     status = 0;
 fail:
     if (status) fprintf(stderr, "strata chat: %s\n", st_last_error());
+    editor_close(&ed);
     sbuf_free(&line_buf);
     conv_free(&conv);
     sampler_free(smp);

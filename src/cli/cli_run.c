@@ -75,6 +75,7 @@ static int print_token(void *user, int32_t id, const char *piece, size_t len) {
 int cli_run(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
+    o.s.progress = true; // a bar on a terminal while a large model is read in
     const char *prompt = NULL, *file = NULL, *system = NULL, *template_name = NULL;
     long long n_predict = 256;
     bool chat = false, no_think = false;

@@ -13,8 +13,9 @@ static const char serve_help[] =
     "usage: strata serve -m MODEL [options]\n"
     "\n"
     "Serves the model over HTTP: an OpenAI-compatible API (/v1/chat/completions,\n"
-    "/v1/completions, /v1/models), /health, /metrics, /tokenize, /detokenize, and a\n"
-    "chat page at /. Requests are answered one at a time, in the order they came.\n"
+    "/v1/completions, /v1/embeddings, /v1/models; also without /v1), /props, /health,\n"
+    "/metrics, /tokenize, /detokenize, and a chat page at /. Requests are answered one\n"
+    "at a time, in the order they came. docs/SERVER.md lists every parameter.\n"
     "\n"
     "      --host ADDR        address to listen on (default: 127.0.0.1, this machine only;\n"
     "                         0.0.0.0 or :: for every interface)\n"
@@ -44,6 +45,7 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     struct cli_model_opts mo;
     cli_model_opts_default(&mo);
+    mo.s.progress = true; // a bar on a terminal while a large model is read in
     cfg->host = "127.0.0.1";
     cfg->port = 8080;
     cfg->api_key = getenv("STRATA_API_KEY");

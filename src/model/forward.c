@@ -240,6 +240,14 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
             be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
     }
+    if (c->hidden_out) { // embeddings: every row's normed state, no output layer
+        be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
+        be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)nE);
+        if (be->sync(be)) return -1;
+        for (int i = 0; i < n; i++) c->history[pos0 + i] = tokens[i];
+        c->n_past = pos0 + n;
+        return 0;
+    }
     // only the rows whose logits are wanted go through the output layer
     const int first = all_logits ? 0 : n - 1;
     const int n_out = n - first;
@@ -254,7 +262,20 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
     return 0;
 }
 
+int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0,
+                           float *hidden) {
+    c->hidden_out = hidden;
+    int rc = context_forward(c, tokens, n, pos0, NULL, false);
+    c->hidden_out = NULL;
+    return rc;
+}
+
 int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused) {
+    return context_eval_cancellable(c, tokens, n, logits, n_reused, NULL, NULL);
+}
+
+int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits,
+                             int *n_reused, context_cancel_fn cancel, void *user) {
     if (n < 1) return st_fail("nothing to evaluate: the prompt has no tokens");
     if (n > c->n_ctx)
         return st_fail("%d tokens do not fit the context of %d positions; use a larger -c or a "
@@ -267,6 +288,7 @@ int context_eval(struct context *c, const int32_t *tokens, int n, float *logits,
     c->n_past = keep;
     for (int p = keep; p < n;) {
         int chunk = n - p < c->n_batch ? n - p : c->n_batch;
+        if (cancel && cancel(user)) return 1;
         if (context_forward(c, tokens + p, chunk, p, logits, false)) return -1;
         p += chunk;
     }

@@ -37,6 +37,7 @@ struct context {
     // What the KV cache holds: tokens at positions 0 .. n_past-1.
     int32_t *history;     // [n_ctx] host
     int n_past;
+    float *hidden_out;    // host (n, n_embd), or NULL: see context_forward_hidden
 };
 
 // Allocates the KV cache for n_ctx positions and scratch for n_batch tokens on
@@ -60,5 +61,21 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
 // runs the rest in n_batch chunks. n ≥ 1 and n ≤ n_ctx, else -1 with a message.
 // On return *n_reused (if not NULL) says how many tokens came from the cache.
 int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused);
+
+// Asked between two chunks of a prompt evaluation: non-zero stops it.
+typedef int (*context_cancel_fn)(void *user);
+// context_eval that calls cancel(user) (when not NULL) before each n_batch
+// chunk, so a long prompt can be abandoned between two
+// forward passes. Returns 0 when done, 1 when cancelled (the cache then holds
+// a valid prefix of tokens, n_past says how much, and logits are not
+// written), or -1 with a message.
+int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits,
+                             int *n_reused, context_cancel_fn cancel, void *user);
+
+// context_forward that writes the final normed hidden states of all n tokens,
+// (n, n_embd), to host memory instead of logits (for embeddings). The KV cache
+// is filled exactly as by context_forward. Returns 0 or -1 with a message.
+int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0,
+                           float *hidden);
 
 #endif

@@ -8,6 +8,14 @@
 
 int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
              int n_predict, gen_token_fn on_token, void *user, struct gen_stats *stats) {
+    const struct gen_hooks h = {.on_token = on_token, .user = user};
+    return generate_hooked(c, s, prompt, n_prompt, n_predict, &h, stats);
+}
+
+int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
+                    int n_predict, const struct gen_hooks *h, struct gen_stats *stats) {
+    gen_token_fn on_token = h->on_token;
+    void *user = h->user;
     struct gen_stats st = {.n_prompt = n_prompt, .stop_reason = GEN_STOP_LENGTH};
     const struct tokenizer *tok = c->model->tok;
     const int n_vocab = c->model->hp.n_vocab;
@@ -25,8 +33,14 @@ int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_
     }
     int rc = -1;
     double t0 = st_time_s();
-    if (context_eval(c, prompt, n_prompt, logits, &st.n_reused)) goto out;
+    int erc = context_eval_cancellable(c, prompt, n_prompt, logits, &st.n_reused, h->cancel, user);
     st.t_prompt = st_time_s() - t0;
+    if (erc < 0) goto out;
+    if (erc > 0) {
+        st.stop_reason = GEN_STOP_CALLER;
+        rc = 0;
+        goto out;
+    }
     sampler_reset(s);
     for (int i = 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
 
@@ -35,6 +49,10 @@ int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_
     for (;;) {
         if (n_predict >= 0 && st.n_gen >= n_predict) {
             st.stop_reason = GEN_STOP_LENGTH;
+            break;
+        }
+        if (h->on_logits && h->on_logits(user, logits)) {
+            st.stop_reason = GEN_STOP_CALLER;
             break;
         }
         int32_t id = sampler_sample(s, logits);

@@ -36,4 +36,20 @@ typedef int (*gen_token_fn)(void *user, int32_t id, const char *piece, size_t le
 int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
              int n_predict, gen_token_fn on_token, void *user, struct gen_stats *stats);
 
+// What a caller may hook into a generation (every member may be NULL).
+struct gen_hooks {
+    gen_token_fn on_token;
+    // Called with the model's logits (n_vocab) before each draw; may change
+    // them (biases, masks) and returns non-zero to stop (GEN_STOP_CALLER).
+    int (*on_logits)(void *user, float *logits);
+    // Asked before each chunk of the prompt: non-zero stops (GEN_STOP_CALLER).
+    context_cancel_fn cancel;
+    void *user;
+};
+
+// generate() with hooks: a long prompt can be stopped between two chunks of
+// n_batch tokens, and the logits can be read or changed before each draw.
+int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
+                    int n_predict, const struct gen_hooks *hooks, struct gen_stats *stats);
+
 #endif

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "text/tokenizer.h"
 #include "util.h"
@@ -21,6 +23,7 @@ int session_open(const struct session_opts *o, struct session *s) {
         return st_fail("context %d and batch %d: the context must be ≥ 0 and the batch ≥ 1",
                        o->n_ctx, o->n_batch);
     if (model_load(o->model, &s->model)) return -1;
+    if (o->progress) session_prefault(s->model);
     const struct model_hparams *hp = &s->model->hp;
     int n_ctx = o->n_ctx;
     if (n_ctx == 0) n_ctx = hp->n_ctx_train < SESSION_DEFAULT_CTX ? hp->n_ctx_train : SESSION_DEFAULT_CTX;
@@ -40,6 +43,45 @@ int session_open(const struct session_opts *o, struct session *s) {
 fail:
     session_close(s);
     return -1;
+}
+
+static void draw_bar(const char *name, uint64_t done, uint64_t total) {
+    const int width = 30, fill = (int)((double)done / (double)total * width);
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\rstrata: loading %.40s [%s] %3d%% %llu/%llu MiB", name, bar,
+            (int)(100.0 * (double)done / (double)total), (unsigned long long)(done >> 20),
+            (unsigned long long)(total >> 20));
+    fflush(stderr);
+}
+
+void session_prefault(const struct model *m) {
+    const struct gguf_file *f = m->gguf;
+    const uint8_t *map = f->map;
+    const uint64_t size = f->size;
+    const uint64_t chunk = (uint64_t)8 << 20, page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const char *e = getenv("STRATA_LOAD_PROGRESS");
+    const bool tty = isatty(STDERR_FILENO), forced = e && !strcmp(e, "1");
+    const char *name = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
+    const double t0 = st_time_s();
+    double t_drawn = 0;
+    bool drawing = false;
+    volatile uint8_t sink = 0;
+    for (uint64_t off = 0; off < size; off += chunk) {
+        const uint64_t n = size - off < chunk ? size - off : chunk;
+        // the mapping starts page-aligned; ask for the chunk ahead, then touch each page
+        madvise((void *)(map + off), n, MADV_WILLNEED);
+        for (uint64_t p = 0; p < n; p += page) sink ^= map[off + p];
+        const double now = st_time_s();
+        if (tty && !drawing && (forced || now - t0 > 0.25)) drawing = true;
+        if (drawing && (now - t_drawn > 0.1 || off + n == size)) {
+            draw_bar(name, off + n, size);
+            t_drawn = now;
+        }
+    }
+    (void)sink;
+    if (drawing) fprintf(stderr, "\n");
 }
 
 void session_close(struct session *s) {

@@ -22,6 +22,8 @@ struct session_opts {
     int n_batch;         // tokens per forward pass (capped by n_ctx)
     int n_threads;       // CPU threads; ≤ 0: every core
     const char *backend; // a registry name (backend.h) or "auto"
+    bool progress;       // pre-fault the model file's pages before use, with a progress
+                         // bar on stderr when it is a terminal and this takes a while
 };
 
 struct session {
@@ -36,6 +38,11 @@ void session_opts_default(struct session_opts *o);
 // the backend's memory, and makes the context. Returns 0 and fills *s (free
 // with session_close), or -1 with a message and *s zeroed.
 int session_open(const struct session_opts *o, struct session *s);
+// Reads every page of the model's file mapping into memory, so that the first
+// tokens do not wait on the disk; when stderr is a terminal and this takes
+// over a quarter of a second (or STRATA_LOAD_PROGRESS=1), draws a progress bar
+// there (its last state stays, at 100%). Silent otherwise.
+void session_prefault(const struct model *m);
 // Frees what session_open made; s may be zeroed or partly filled.
 void session_close(struct session *s);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "server/server.h"
+#include "text/grammar.h"
 #include "util.h"
 
 static uint64_t random_seed(void) {
@@ -93,6 +94,7 @@ out:
     srv_stop(s);
     srv_http_stop(s);
     if (worker_started) pthread_join(worker, NULL);
+    grammar_vocab_free(s->gvocab);
     session_close(&s->sess);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->json_mu);

@@ -5,14 +5,20 @@
 //   server_http.c     HTTP (libmicrohttpd, a thread per connection): routes,
 //                     authentication, bodies, SSE streaming, disconnects
 //   server_request.c  request bodies (cJSON): every field's type and range,
-//                     prompts rendered and tokenized; /tokenize, /detokenize
-//   server_json.c     responses shaped as OpenAI's: completions, chunks, errors
-//   server_queue.c    the FIFO of generation jobs and the one worker thread
-//                     that owns the model and its context
+//                     prompts rendered and tokenized, grammars compiled;
+//                     embeddings inputs; /tokenize, /detokenize
+//   server_tools.c    tools: definitions and earlier calls for the template,
+//                     forced calls as a grammar, calls parsed from answers
+//   server_json.c     responses shaped as OpenAI's: completions, chunks,
+//                     logprobs, tool calls, embeddings, /props, errors
+//   server_queue.c    the FIFO of jobs and the one worker thread that owns the
+//                     model and its context: choices, sampling hooks
+//                     (penalties, logit_bias, grammar masks, logprobs),
+//                     cancellation, embeddings
 //   server_metrics.c  counters and the Prometheus text of /metrics
 //   server_text.c     UTF-8 and stop strings (server_text.h)
 //   server_util.c     error objects, random values, response ids
-//   server_page.c     the chat page served at /
+//   server_page.c     the chat page served at /, its icon, the Markdown renderer
 //
 // Threads: libmicrohttpd runs each connection on its own thread; one worker
 // thread loads the model, then runs jobs one at a time in arrival order. A
@@ -32,8 +38,17 @@
 #include "text/chat.h"
 #include "server/server_text.h"
 
+struct cJSON;
+typedef struct cJSON cJSON;
+
 #define SRV_MAX_STOP 16      // stop strings per request
 #define SRV_MAX_STOP_LEN 256 // bytes per stop string
+#define SRV_MAX_CHOICES 16   // n
+#define SRV_MAX_TOP 20       // top_logprobs
+#define SRV_MAX_INPUTS 256   // inputs of one embeddings request
+
+struct grammar;
+struct grammar_vocab;
 
 struct server_config {
     struct session_opts so;    // the model, context, batch, threads, backend
@@ -67,9 +82,14 @@ struct srv_error {
 int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
                   const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-enum srv_kind { SRV_CHAT, SRV_COMPLETION };
+enum srv_kind { SRV_CHAT, SRV_COMPLETION, SRV_EMBEDDING };
 
-// A validated generation request.
+struct srv_bias {
+    int32_t id;
+    float bias; // added to the logit; -100 or less bans the token
+};
+
+// A validated request.
 struct srv_request {
     enum srv_kind kind;
     int32_t *prompt;           // (n_prompt) owned; 1 ≤ n_prompt < n_ctx
@@ -79,6 +99,19 @@ struct srv_request {
     char *stop[SRV_MAX_STOP];  // owned, each non-empty valid UTF-8
     int n_stop;
     bool stream, include_usage;
+    int n_choices;             // n: 1 … SRV_MAX_CHOICES, each with its own sampler (seed + i)
+    int logprobs;              // -1: none; else alternatives per token (0 … SRV_MAX_TOP)
+    float presence_penalty;    // -2 … 2, over the tokens generated so far
+    float frequency_penalty;   // -2 … 2, times each token's count so far
+    struct srv_bias *bias;     // (n_bias) owned: logit_bias
+    int n_bias;
+    struct grammar *grammar;   // owned, or NULL: response_format, grammar or forced tools
+    enum chat_tool_syntax tools; // CHAT_TOOLS_NONE: no tool calls are parsed
+    // SRV_EMBEDDING: each input's token ids (owned)
+    int32_t **inputs;          // [n_inputs] each (n_input_tokens[i])
+    int *n_input_tokens;
+    int n_inputs;
+    bool base64;               // encoding_format "base64"
 };
 
 void srv_request_free(struct srv_request *r);
@@ -86,12 +119,42 @@ void srv_request_free(struct srv_request *r);
 enum srv_finish {
     SRV_FINISH_STOP,      // end of turn or a stop string
     SRV_FINISH_LENGTH,    // max_tokens or the context's end
-    SRV_FINISH_CANCELLED, // the client went away or the server is stopping
+    SRV_FINISH_CANCELLED, // the client went away
     SRV_FINISH_TIMEOUT,   // the request ran past --timeout
     SRV_FINISH_ERROR,     // the engine failed (message in error)
+    SRV_FINISH_SHUTDOWN,  // the server is stopping
+    SRV_FINISH_TOOLS,     // stop, and the answer was parsed as tool calls
 };
 
 enum srv_job_state { SRV_JOB_QUEUED, SRV_JOB_RUNNING, SRV_JOB_DONE };
+
+// One generated token's log-probability and its most likely alternatives,
+// from the model's own distribution (before penalties, biases and masks).
+struct srv_logprob {
+    int32_t id, prev;        // the token and the one before it (for its text)
+    float logprob;
+    size_t offset;           // where its bytes start in the choice's generated text
+    int n_top;
+    struct {
+        int32_t id;
+        float logprob;
+    } top[SRV_MAX_TOP];
+};
+
+// One choice of a job. The worker fills it under server.mu; the connection
+// reads it under server.mu and keeps its own progress in the *_sent fields.
+struct srv_choice {
+    struct sbuf text;        // text released so far (valid UTF-8)
+    struct srv_logprob *lp;  // [n_lp] when logprobs were asked for
+    int n_lp, cap_lp;
+    int n_gen;               // tokens generated
+    bool started, done;
+    enum srv_finish finish;  // once done
+    char *tool_calls;        // once done: OpenAI's tool_calls array as JSON, or NULL
+    size_t text_sent;        // the connection's progress
+    int lp_sent;
+    bool opened, closed;
+};
 
 struct srv_job {
     struct srv_request req;   // immutable once submitted
@@ -104,18 +167,23 @@ struct srv_job {
     int refs;
     enum srv_job_state state;
     bool cancel;              // the connection asked the worker to stop
-    struct sbuf text;         // released text not yet taken by the connection
+    struct srv_choice *choices; // [req.n_choices]
+    int n_taken;              // tokens the connection has sent (or taken to send)
+    double t_taken;           // st_time_s() when it last took some
     pthread_cond_t cv;        // signalled when text grows or the job is done
     // Valid once state is SRV_JOB_DONE:
     enum srv_finish finish;
     char error[256];
-    struct gen_stats stats;
+    struct gen_stats stats;   // all choices together
     double t_first;           // seconds from arrival to the first token (0: none)
+    double t_gen_start;       // st_time_s() when the first choice began generating
+    float *embd;              // SRV_EMBEDDING: (n_inputs, n_embd), each normalised
 };
 
 struct srv_metrics {
     unsigned long long requests;          // generation requests finished (any way)
-    unsigned long long requests_failed;   // of which cancelled, timed out or failed
+    unsigned long long requests_failed;   // of which timed out, failed or cut by shutdown
+    unsigned long long requests_cancelled; // of which the client went away
     unsigned long long prompt_tokens;     // prompt tokens of finished requests
     unsigned long long prompt_tokens_cached;
     unsigned long long generated_tokens;
@@ -131,6 +199,9 @@ struct server {
     // Set by the worker before state becomes SRV_READY, read-only afterwards.
     struct session sess;          // the model, its backend and context
     struct chat_format fmt;
+    struct grammar_vocab *gvocab; // the vocabulary's token bytes for grammars
+    int pooling;                  // embeddings: 1 mean, 2 first token, 3 last token,
+                                  // < 0: the file's pooling type, which is not supported
     bool have_chat;               // false: the model has no known chat template
     char chat_error[256];         // why not
     char model_id[128];
@@ -186,6 +257,10 @@ void srv_stop(struct server *s);
 // or -1 with err (400 naming the field, 413, ...).
 int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, size_t len,
                       struct srv_request *r, struct srv_error *err);
+// Parses and validates a /v1/embeddings body (its inputs tokenized). Returns 0
+// and fills *r, or -1 with err.
+int srv_embeddings_parse(struct server *s, const char *body, size_t len, struct srv_request *r,
+                         struct srv_error *err);
 // POST /tokenize and /detokenize: the JSON response (malloc'd), or NULL with err.
 char *srv_tokenize(struct server *s, const char *body, size_t len, struct srv_error *err);
 char *srv_detokenize(struct server *s, const char *body, size_t len, struct srv_error *err);
@@ -193,22 +268,54 @@ char *srv_detokenize(struct server *s, const char *body, size_t len, struct srv_
 // --- server_json.c ---
 // OpenAI's error object {"error": {"message", "type", "param", "code"}} (malloc'd).
 char *srv_json_error(const struct srv_error *e);
-// The whole response of a finished job whose text is text[0..len) (malloc'd).
-char *srv_json_result(const struct server *s, const struct srv_job *j, const char *text,
-                      size_t len);
-// SSE events appended to out: the opening chunk (chat: the assistant role), a
-// chunk carrying text, the closing chunks (finish reason, usage when asked,
-// "data: [DONE]"), and an error event for a job that failed after the stream began.
-void srv_sse_open(struct sbuf *out, const struct server *s, const struct srv_job *j);
-void srv_sse_text(struct sbuf *out, const struct server *s, const struct srv_job *j,
-                  const char *text, size_t len);
-void srv_sse_close(struct sbuf *out, const struct server *s, const struct srv_job *j);
-void srv_sse_error(struct sbuf *out, const struct srv_error *e);
+// Whether a finished job has an answer to send (it ended normally, or timed
+// out after producing tokens).
+bool srv_job_has_result(const struct srv_job *j);
+// The whole response of a finished job that has a result (malloc'd).
+char *srv_json_result(const struct server *s, const struct srv_job *j);
+// The response of a finished embeddings job (malloc'd).
+char *srv_json_embeddings(const struct server *s, const struct srv_job *j);
+// Appends the SSE events of what the job produced since the last call (role,
+// text and logprobs chunks, finish chunks, then usage and "data: [DONE]", or
+// an error event for a job that ended without a result). Caller holds s->mu.
+// Returns true once the stream is complete.
+bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_job *j);
 // The error a job that ended without a result (cancelled, timed out, failed) reports.
 void srv_job_error(const struct srv_job *j, double timeout_s, struct srv_error *e);
+// GET /props: what the server runs and its defaults (malloc'd).
+char *srv_json_props(const struct server *s);
 // GET /v1/models and /v1/models/{id} (malloc'd).
 char *srv_json_models(const struct server *s);
 char *srv_json_model(const struct server *s);
+
+// --- server_tools.c ---
+// The tool calls in a finished answer written in the given syntax: OpenAI's
+// tool_calls array as JSON text (malloc'd), or NULL when the text is not a
+// tool call (it is then the answer's content).
+char *srv_tools_parse(struct server *s, enum chat_tool_syntax syn, const char *text, size_t len);
+
+// What a chat request's tools come to (free with srv_tools_free).
+struct srv_tools {
+    char **defs;                  // [n_defs] each tool as the template prints it
+    int n_defs;
+    struct chat_calls *calls;     // [n_messages] each message's tool calls, or NULL
+    int *first;                   // [n_messages] where each message's calls start in all
+    struct chat_tool_call *all;   // the calls themselves (names and arguments owned)
+    int n_all;
+    char *grammar;                // GBNF forcing a call (tool_choice required or named), or NULL
+};
+void srv_tools_free(struct srv_tools *t);
+// Reads tools, tool_choice and parallel_tool_calls of a chat request whose
+// template family is kind; sets r->tools and t->defs, t->grammar. Returns 0 or
+// -1 with a 400 naming the field.
+int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_request *r,
+                      struct srv_tools *t, struct srv_error *e);
+// Reads message i's tool_calls (an assistant message) into t (n messages in
+// all). Returns 0 or -1 with a 400 naming the field.
+int srv_tools_message(const cJSON *m, int i, int n, enum chat_template kind, struct srv_tools *t,
+                      struct srv_error *e);
+// Every message's calls (for chat_render_tools) once all n are read, or NULL when none has any.
+const struct chat_calls *srv_tools_calls(struct srv_tools *t, int n);
 
 // --- server_metrics.c ---
 // Adds a finished job to the counters. Caller holds s->mu.

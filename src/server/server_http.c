@@ -27,6 +27,10 @@
 
 enum route_id {
     ROUTE_PAGE,
+    ROUTE_FAVICON,
+    ROUTE_MARKED,
+    ROUTE_PROPS,
+    ROUTE_EMBEDDINGS,
     ROUTE_HEALTH,
     ROUTE_METRICS,
     ROUTE_MODELS,
@@ -45,14 +49,19 @@ struct route {
     bool model; // needs the loaded model
 };
 
+// The OpenAI routes answer with and without the /v1 prefix (route_find).
 static const struct route routes[] = {
     {"/", ROUTE_PAGE, false, true, false},
+    {"/favicon.ico", ROUTE_FAVICON, false, true, false},
+    {"/assets/marked.min.js", ROUTE_MARKED, false, true, false},
     {"/health", ROUTE_HEALTH, false, true, false},
     {"/metrics", ROUTE_METRICS, false, false, false},
+    {"/props", ROUTE_PROPS, false, false, true},
     {"/v1/models", ROUTE_MODELS, false, false, true},
     {"/v1/models/", ROUTE_MODEL, false, false, true}, // prefix: /v1/models/{id}
     {"/v1/chat/completions", ROUTE_CHAT, true, false, true},
     {"/v1/completions", ROUTE_COMPLETIONS, true, false, true},
+    {"/v1/embeddings", ROUTE_EMBEDDINGS, true, false, true},
     {"/tokenize", ROUTE_TOKENIZE, true, false, true},
     {"/detokenize", ROUTE_DETOKENIZE, true, false, true},
 };
@@ -67,16 +76,23 @@ struct http_req {
 };
 
 static const struct route *route_find(const char *url, const char **model_id) {
-    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
-        const struct route *r = &routes[i];
-        if (r->id == ROUTE_MODEL) {
-            size_t n = strlen(r->path);
-            if (!strncmp(url, r->path, n) && url[n]) {
-                *model_id = url + n;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+            const struct route *r = &routes[i];
+            const char *path = r->path;
+            if (pass == 1) { // /models, /chat/completions, ... as /v1/...
+                if (strncmp(path, "/v1/", 4)) continue;
+                path += 3;
+            }
+            if (r->id == ROUTE_MODEL) {
+                size_t n = strlen(path);
+                if (!strncmp(url, path, n) && url[n]) {
+                    *model_id = url + n;
+                    return r;
+                }
+            } else if (!strcmp(url, path)) {
                 return r;
             }
-        } else if (!strcmp(url, r->path)) {
-            return r;
         }
     }
     return NULL;
@@ -100,6 +116,20 @@ static enum MHD_Result respond(struct server *s, struct MHD_Connection *c, int s
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     srv_metrics_http(s, status);
+    return rc;
+}
+
+// Sends len bytes of static data.
+static enum MHD_Result respond_bytes(struct server *s, struct MHD_Connection *c,
+                                     const char *content_type, const char *data, size_t len) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "max-age=86400");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_http(s, MHD_HTTP_OK);
     return rc;
 }
 
@@ -171,31 +201,12 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (st->closed) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!st->opened) {
-            st->opened = true;
-            srv_sse_open(&st->out, s, j);
-            continue;
-        }
         pthread_mutex_lock(&s->mu);
-        if (j->state != SRV_JOB_DONE && !j->text.len) srv_job_wait_locked(s, j, WAIT_STEP_S);
-        struct sbuf text = j->text;
-        j->text = (struct sbuf){0};
-        const bool done = j->state == SRV_JOB_DONE;
+        st->closed = srv_sse_drain_locked(&st->out, s, j);
+        if (!st->closed && !st->out.len) srv_job_wait_locked(s, j, WAIT_STEP_S);
         pthread_mutex_unlock(&s->mu);
-        if (text.len) srv_sse_text(&st->out, s, j, text.p, text.len);
-        sbuf_free(&text);
-        if (done) { // the finish fields no longer change
-            if (j->finish == SRV_FINISH_STOP || j->finish == SRV_FINISH_LENGTH) {
-                srv_sse_close(&st->out, s, j);
-            } else {
-                struct srv_error e;
-                srv_job_error(j, s->cfg.timeout_s, &e);
-                srv_sse_error(&st->out, &e);
-            }
-            st->closed = true;
-        } else if (!st->out.len && client_gone(st->c)) {
+        if (!st->closed && !st->out.len && client_gone(st->c))
             return MHD_CONTENT_READER_END_WITH_ERROR; // sse_free cancels the job
-        }
     }
 }
 
@@ -248,8 +259,13 @@ static enum MHD_Result respond_when_done(struct server *s, struct MHD_Connection
         }
     }
     enum MHD_Result rc;
-    if (j->finish == SRV_FINISH_STOP || j->finish == SRV_FINISH_LENGTH) {
-        rc = respond_json(s, c, MHD_HTTP_OK, srv_json_result(s, j, j->text.p ? j->text.p : "", j->text.len));
+    if (j->req.kind == SRV_EMBEDDING && j->finish == SRV_FINISH_STOP) {
+        rc = respond_json(s, c, MHD_HTTP_OK, srv_json_embeddings(s, j));
+    } else if (j->req.kind != SRV_EMBEDDING && srv_job_has_result(j)) {
+        pthread_mutex_lock(&s->mu);
+        j->n_taken = j->stats.n_gen;
+        pthread_mutex_unlock(&s->mu);
+        rc = respond_json(s, c, MHD_HTTP_OK, srv_json_result(s, j));
     } else {
         struct srv_error e;
         srv_job_error(j, s->cfg.timeout_s, &e);
@@ -263,8 +279,9 @@ static enum MHD_Result on_generate(struct server *s, struct MHD_Connection *c, s
                                    enum srv_kind kind, const char *method, const char *url) {
     struct srv_error e;
     struct srv_request req;
-    if (srv_request_parse(s, kind, r->body.p, r->body.len, &req, &e))
-        return respond_error(s, c, &e, method, url);
+    int prc = kind == SRV_EMBEDDING ? srv_embeddings_parse(s, r->body.p, r->body.len, &req, &e)
+                                    : srv_request_parse(s, kind, r->body.p, r->body.len, &req, &e);
+    if (prc) return respond_error(s, c, &e, method, url);
     const bool stream = req.stream;
     struct srv_job *j = srv_job_submit(s, &req, r->t_arrival, &e);
     if (!j) {
@@ -285,6 +302,7 @@ static enum MHD_Result on_body(struct server *s, struct MHD_Connection *c, struc
     switch (r->route->id) {
     case ROUTE_CHAT: return on_generate(s, c, r, SRV_CHAT, method, url);
     case ROUTE_COMPLETIONS: return on_generate(s, c, r, SRV_COMPLETION, method, url);
+    case ROUTE_EMBEDDINGS: return on_generate(s, c, r, SRV_EMBEDDING, method, url);
     case ROUTE_TOKENIZE:
         json = srv_tokenize(s, r->body.p, r->body.len, &e);
         break;
@@ -312,6 +330,20 @@ static enum MHD_Result on_get(struct server *s, struct MHD_Connection *c, struct
         return respond(s, c, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", dup_str(body),
                        MHD_HTTP_HEADER_RETRY_AFTER, "1");
     }
+    case ROUTE_FAVICON:
+        return respond_bytes(s, c, "image/svg+xml", server_page_favicon, strlen(server_page_favicon));
+    case ROUTE_MARKED: {
+        size_t len = 0;
+        char *js = server_page_marked(&len);
+        if (!js) {
+            srv_error_set(&e, 404, "invalid_request_error", "unknown_url", NULL,
+                          "the Markdown renderer is not installed (Debian's libjs-marked); the "
+                          "chat page shows plain text");
+            return respond_error(s, c, &e, method, url);
+        }
+        return respond(s, c, MHD_HTTP_OK, "text/javascript; charset=utf-8", js, NULL, NULL);
+    }
+    case ROUTE_PROPS: return respond_json(s, c, MHD_HTTP_OK, srv_json_props(s));
     case ROUTE_METRICS:
         return respond(s, c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
                        srv_metrics_text(s), NULL, NULL);

@@ -8,15 +8,26 @@
 void srv_metrics_job_locked(struct server *s, const struct srv_job *j) {
     struct srv_metrics *m = &s->metrics;
     const struct gen_stats *st = &j->stats;
+    const bool ok = j->finish == SRV_FINISH_STOP || j->finish == SRV_FINISH_LENGTH ||
+                    j->finish == SRV_FINISH_TOOLS;
     m->requests++;
-    if (j->finish != SRV_FINISH_STOP && j->finish != SRV_FINISH_LENGTH) m->requests_failed++;
+    if (j->finish == SRV_FINISH_CANCELLED) m->requests_cancelled++;
+    else if (!ok) m->requests_failed++;
     m->prompt_tokens += (unsigned long long)st->n_prompt;
     m->prompt_tokens_cached += (unsigned long long)st->n_reused;
-    m->generated_tokens += (unsigned long long)st->n_gen;
     m->prompt_seconds += st->t_prompt;
-    m->generation_seconds += st->t_gen;
     if (st->t_prompt > 0) m->last_prompt_tps = (st->n_prompt - st->n_reused) / st->t_prompt;
-    if (st->t_gen > 0) m->last_generation_tps = st->n_gen / st->t_gen;
+    if (j->finish == SRV_FINISH_CANCELLED) {
+        // only what reached the client: tokens made after it left are not output
+        const int n = j->n_taken < st->n_gen ? j->n_taken : st->n_gen;
+        m->generated_tokens += (unsigned long long)(n > 0 ? n : 0);
+        if (n > 0 && j->t_gen_start > 0 && j->t_taken > j->t_gen_start)
+            m->generation_seconds += j->t_taken - j->t_gen_start;
+        return;
+    }
+    m->generated_tokens += (unsigned long long)st->n_gen;
+    m->generation_seconds += st->t_gen;
+    if (st->t_gen > 0 && st->n_gen > 0) m->last_generation_tps = st->n_gen / st->t_gen;
 }
 
 void srv_metrics_http(struct server *s, int status) {
@@ -42,13 +53,18 @@ char *srv_metrics_text(struct server *s) {
     metric(&b, "requests_total", "counter", "Generation requests finished, in any way.",
            (double)m.requests);
     metric(&b, "requests_failed_total", "counter",
-           "Generation requests cancelled, timed out or failed.", (double)m.requests_failed);
+           "Generation requests that timed out, failed or were cut by a shutdown.",
+           (double)m.requests_failed);
+    metric(&b, "requests_cancelled_total", "counter",
+           "Generation requests whose client went away before the end.",
+           (double)m.requests_cancelled);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
            (double)m.prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter",
            "Prompt tokens taken from the KV cache instead of being evaluated.",
            (double)m.prompt_tokens_cached);
-    metric(&b, "generated_tokens_total", "counter", "Tokens generated.",
+    metric(&b, "generated_tokens_total", "counter",
+           "Tokens generated and delivered (a client that left does not count what it missed).",
            (double)m.generated_tokens);
     metric(&b, "prompt_seconds_total", "counter", "Seconds spent evaluating prompts.",
            m.prompt_seconds);

@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "server/server.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 #include "util.h"
 
@@ -23,6 +24,11 @@
 void srv_request_free(struct srv_request *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->bias);
+    grammar_free(r->grammar);
+    for (int i = 0; i < r->n_inputs; i++) free(r->inputs[i]);
+    free(r->inputs);
+    free(r->n_input_tokens);
     memset(r, 0, sizeof *r);
 }
 
@@ -208,6 +214,36 @@ static int parse_stop(const cJSON *root, struct srv_request *r, struct srv_error
     return 0;
 }
 
+// logit_bias: {"token id": bias in [-100, 100], ...}.
+static int parse_logit_bias(struct server *s, const cJSON *root, struct srv_request *r,
+                            struct srv_error *e) {
+    const cJSON *lb = member(root, "logit_bias");
+    if (!lb) return 0;
+    if (!cJSON_IsObject(lb)) return bad_type(e, "logit_bias", "an object", lb);
+    const int n = cJSON_GetArraySize(lb), n_vocab = s->sess.model->hp.n_vocab;
+    if (n > n_vocab)
+        return srv_error_set(e, 400, BAD, "invalid_value", "logit_bias",
+                             "'logit_bias' has %d entries, more than the vocabulary's %d", n, n_vocab);
+    r->bias = st_xcalloc((size_t)(n ? n : 1), sizeof *r->bias);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, lb) {
+        char param[64];
+        snprintf(param, sizeof param, "logit_bias.%.40s", it->string);
+        char *end;
+        long id = strtol(it->string, &end, 10);
+        if (!*it->string || *end || id < 0 || id >= n_vocab)
+            return srv_error_set(e, 400, BAD, "invalid_value", param,
+                                 "'logit_bias' keys are token ids 0 to %d as strings, not '%.40s'",
+                                 n_vocab - 1, it->string);
+        if (!cJSON_IsNumber(it)) return bad_type(e, param, "a number", it);
+        if (!(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return srv_error_set(e, 400, BAD, "invalid_value", param,
+                                 "'%s': %g is out of range [-100, 100]", param, it->valuedouble);
+        r->bias[r->n_bias++] = (struct srv_bias){(int32_t)id, (float)it->valuedouble};
+    }
+    return 0;
+}
+
 // Sampling, length, streaming and the neutral-only fields shared by both endpoints.
 static int parse_common(struct server *s, const cJSON *root, struct srv_request *r,
                         struct srv_error *e) {
@@ -244,14 +280,9 @@ static int parse_common(struct server *s, const cJSON *root, struct srv_request 
     r->max_tokens = r->kind == SRV_COMPLETION ? 16 : -1; // OpenAI's defaults
     const char *len_name = member(root, "max_completion_tokens") ? "max_completion_tokens"
                                                                  : "max_tokens";
-    if ((rc = get_int(root, len_name, 1, s->n_ctx, &n, e)) < 0) {
-        if (!strcmp(e->code, "invalid_value"))
-            srv_error_set(e, 400, BAD, "invalid_value", len_name,
-                          "invalid value for '%s': it must be 1 to %d (the server's context size)",
-                          len_name, s->n_ctx);
-        return -1;
-    }
-    if (rc) r->max_tokens = (int)n;
+    // larger values than the context holds are clamped to it (after the prompt)
+    if ((rc = get_int(root, len_name, 1, MAX_SAFE_INT, &n, e)) < 0) return -1;
+    if (rc) r->max_tokens = n > s->n_ctx ? s->n_ctx : (int)n;
 
     if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
     const cJSON *so = member(root, "stream_options");
@@ -263,18 +294,14 @@ static int parse_common(struct server *s, const cJSON *root, struct srv_request 
     }
     if (parse_stop(root, r, e)) return -1;
 
-    if ((rc = get_int(root, "n", 1, 128, &n, e)) < 0) return -1;
-    if (rc && n != 1) return unsupported(e, "n", "only one choice per request (n = 1) is supported");
+    r->n_choices = 1;
+    if ((rc = get_int(root, "n", 1, SRV_MAX_CHOICES, &n, e)) < 0) return -1;
+    if (rc) r->n_choices = (int)n;
     if ((rc = get_number(root, "presence_penalty", -2, 2, &x, e)) < 0) return -1;
-    if (rc && x != 0)
-        return unsupported(e, "presence_penalty", "not supported; use repeat_penalty");
+    if (rc) r->presence_penalty = (float)x;
     if ((rc = get_number(root, "frequency_penalty", -2, 2, &x, e)) < 0) return -1;
-    if (rc && x != 0)
-        return unsupported(e, "frequency_penalty", "not supported; use repeat_penalty");
-    const cJSON *lb = member(root, "logit_bias");
-    if (lb && !cJSON_IsObject(lb)) return bad_type(e, "logit_bias", "an object", lb);
-    if (lb && lb->child) return unsupported(e, "logit_bias", "not supported");
-    return 0;
+    if (rc) r->frequency_penalty = (float)x;
+    return parse_logit_bias(s, root, r, e);
 }
 
 // --- prompts --------------------------------------------------------------------------
@@ -309,6 +336,9 @@ static char *content_parts(const cJSON *arr, int i, struct srv_error *e) {
     return b.p;
 }
 
+static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r,
+                           struct srv_error *e);
+
 static int parse_messages(struct server *s, const cJSON *root, struct srv_request *r,
                           struct srv_error *e) {
     if (!s->have_chat)
@@ -327,8 +357,10 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
                              "'messages' is empty: send at least one message");
     struct chat_message *cm = st_xcalloc((size_t)n, sizeof *cm);
     char **owned = st_xcalloc((size_t)n, sizeof *owned);
+    struct srv_tools tools = {0};
     int rc = -1, i = 0;
     char param[64];
+    if (srv_tools_request(root, s->fmt.kind, r, &tools, e)) goto out;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         snprintf(param, sizeof param, "messages[%d]", i);
@@ -348,22 +380,22 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
         }
         const char *rn = role->valuestring;
         if (!strcmp(rn, "developer")) rn = "system"; // OpenAI's newer name for it
-        if (strcmp(rn, "system") && strcmp(rn, "user") && strcmp(rn, "assistant")) {
+        const bool tool_role = chat_has_tools(s->fmt.kind) && !strcmp(rn, "tool");
+        if (strcmp(rn, "system") && strcmp(rn, "user") && strcmp(rn, "assistant") && !tool_role) {
             srv_error_set(e, 400, BAD, "invalid_value", param,
                           "'%s': unknown or unsupported role '%.40s' (system, developer, user, "
-                          "assistant)",
-                          param, rn);
+                          "assistant%s)",
+                          param, rn, chat_has_tools(s->fmt.kind) ? ", tool" : "");
             goto out;
         }
         cm[i].role = rn;
-        const char *extra[] = {"tool_calls", "function_call"};
-        for (int k = 0; k < 2; k++) {
-            if (member(m, extra[k])) {
-                snprintf(param, sizeof param, "messages[%d].%s", i, extra[k]);
-                unsupported(e, param, "tool calls are not supported");
-                goto out;
-            }
+        if (member(m, "function_call")) {
+            snprintf(param, sizeof param, "messages[%d].function_call", i);
+            unsupported(e, param, "'function_call' (deprecated) is not supported; use 'tool_calls'");
+            goto out;
         }
+        if (!strcmp(rn, "assistant") && srv_tools_message(m, i, n, s->fmt.kind, &tools, e)) goto out;
+        const bool has_calls = tools.calls && tools.calls[i].n > 0;
         const cJSON *name = member(m, "name");
         if (name && !cJSON_IsString(name)) {
             snprintf(param, sizeof param, "messages[%d].name", i);
@@ -371,7 +403,9 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
             goto out;
         }
         snprintf(param, sizeof param, "messages[%d].content", i);
-        if (!content) {
+        if (!content && has_calls) { // an answer that only called tools
+            cm[i].content = "";
+        } else if (!content) {
             srv_error_set(e, 400, BAD, "missing_required_parameter", param, "'%s' is required", param);
             goto out;
         } else if (cJSON_IsString(content)) {
@@ -399,14 +433,27 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
         goto out;
     }
     if (think) fmt.enable_thinking = cJSON_IsTrue(think);
-    r->n_prompt = session_chat_tokens(s->sess.model, &fmt, cm, n, true, &r->prompt);
+    char *text = chat_render_tools(&fmt, cm, srv_tools_calls(&tools, n), n,
+                                   (const char *const *)tools.defs, tools.n_defs, true);
+    r->n_prompt = text ? session_text_tokens(s->sess.model, text, &r->prompt) : -1;
+    free(text);
     if (r->n_prompt < 0) {
         r->n_prompt = 0;
         srv_error_set(e, 400, BAD, "invalid_value", "messages", "%s", st_last_error());
         goto out;
     }
+    if (tools.grammar) {
+        if (r->grammar) {
+            srv_error_set(e, 400, BAD, "invalid_value", "tool_choice",
+                          "a required tool call cannot be combined with 'grammar' or "
+                          "'response_format'");
+            goto out;
+        }
+        if (compile_grammar(tools.grammar, "tools", r, e)) goto out;
+    }
     rc = 0;
 out:
+    srv_tools_free(&tools);
     for (int k = 0; k < n; k++) free(owned[k]);
     free(owned);
     free(cm);
@@ -461,46 +508,87 @@ static int parse_prompt(struct server *s, const cJSON *root, struct srv_request 
     return 0;
 }
 
-// Chat-only and completion-only fields that must keep their neutral values.
+// Compiles GBNF text into r->grammar; a 400 naming param when it does not compile.
+static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r,
+                           struct srv_error *e) {
+    if (grammar_parse(gbnf, &r->grammar))
+        return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s': %s", param, st_last_error());
+    return 0;
+}
+
+// logprobs, and what constrains the text: response_format or grammar.
+static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_request *r,
+                        struct srv_error *e) {
+    long long n = 0;
+    bool b = false;
+    int rc;
+    r->logprobs = -1;
+    if (kind == SRV_CHAT) {
+        if ((rc = get_bool(root, "logprobs", &b, e)) < 0) return -1;
+        if ((rc = get_int(root, "top_logprobs", 0, SRV_MAX_TOP, &n, e)) < 0) return -1;
+        if (rc && !b)
+            return srv_error_set(e, 400, BAD, "invalid_value", "top_logprobs",
+                                 "'top_logprobs' needs 'logprobs' set to true");
+        if (b) r->logprobs = rc ? (int)n : 0;
+    } else {
+        if ((rc = get_int(root, "logprobs", 0, SRV_MAX_TOP, &n, e)) < 0) return -1;
+        if (rc) r->logprobs = (int)n;
+    }
+    const char *gbnf = NULL;
+    if (get_string(root, "grammar", &gbnf, e) < 0) return -1;
+    const cJSON *rf = member(root, "response_format");
+    const char *type = "text";
+    if (rf) {
+        if (!cJSON_IsObject(rf)) return bad_type(e, "response_format", "an object", rf);
+        const cJSON *t = member(rf, "type");
+        if (!t || !cJSON_IsString(t))
+            return bad_type(e, "response_format.type", "a string", t ? t : rf);
+        type = t->valuestring;
+    }
+    if (gbnf && strcmp(type, "text"))
+        return srv_error_set(e, 400, BAD, "invalid_value", "grammar",
+                             "give either 'grammar' or a 'response_format' other than text, not both");
+    if (gbnf) return compile_grammar(gbnf, "grammar", r, e);
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) return compile_grammar(grammar_json_object, "response_format", r, e);
+    if (strcmp(type, "json_schema"))
+        return srv_error_set(e, 400, BAD, "invalid_value", "response_format.type",
+                             "'response_format.type' must be text, json_object or json_schema, not "
+                             "'%.40s'",
+                             type);
+    const cJSON *js = member(rf, "json_schema");
+    if (!js || !cJSON_IsObject(js))
+        return bad_type(e, "response_format.json_schema", "an object with a 'schema'", js ? js : rf);
+    const cJSON *schema = member(js, "schema");
+    if (!schema)
+        return srv_error_set(e, 400, BAD, "missing_required_parameter",
+                             "response_format.json_schema.schema",
+                             "'response_format.json_schema.schema' is required");
+    char *text = cJSON_PrintUnformatted(schema);
+    ST_ASSERT(text);
+    char *g = json_schema_to_gbnf(text, strlen(text));
+    free(text);
+    if (!g)
+        return srv_error_set(e, 400, BAD, "invalid_value", "response_format.json_schema.schema",
+                             "the JSON schema cannot be enforced: %s", st_last_error());
+    rc = compile_grammar(g, "response_format.json_schema.schema", r, e);
+    free(g);
+    return rc;
+}
+
+// Completion-only fields that must keep their neutral values.
 static int parse_neutral(const cJSON *root, enum srv_kind kind, struct srv_error *e) {
     long long n = 0;
     bool b = false;
     int rc;
     const char *str = NULL;
-    if (kind == SRV_CHAT) {
-        if ((rc = get_bool(root, "logprobs", &b, e)) < 0) return -1;
-        if (rc && b) return unsupported(e, "logprobs", "log probabilities are not supported");
-        if (member(root, "top_logprobs"))
-            return unsupported(e, "top_logprobs", "log probabilities are not supported");
-        const char *arrays[] = {"tools", "functions"};
-        for (int k = 0; k < 2; k++) {
-            const cJSON *v = member(root, arrays[k]);
-            if (v && !cJSON_IsArray(v)) return bad_type(e, arrays[k], "an array", v);
-            if (v && v->child) return unsupported(e, arrays[k], "tool calls are not supported");
-        }
-        const cJSON *tc = member(root, "tool_choice");
-        if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") ||
-                                           !strcmp(tc->valuestring, "auto"))))
-            return unsupported(e, "tool_choice", "tool calls are not supported");
-        if (get_bool(root, "parallel_tool_calls", &b, e) < 0) return -1;
-        const cJSON *rf = member(root, "response_format");
-        if (rf) {
-            if (!cJSON_IsObject(rf)) return bad_type(e, "response_format", "an object", rf);
-            const cJSON *t = member(rf, "type");
-            if (!t || !cJSON_IsString(t))
-                return bad_type(e, "response_format.type", "a string", t ? t : rf);
-            if (strcmp(t->valuestring, "text"))
-                return unsupported(e, "response_format", "only {\"type\": \"text\"} is supported");
-        }
-    } else {
+    if (kind == SRV_COMPLETION) {
         if ((rc = get_bool(root, "echo", &b, e)) < 0) return -1;
         if (rc && b) return unsupported(e, "echo", "echoing the prompt is not supported");
         if ((rc = get_string(root, "suffix", &str, e)) < 0) return -1;
         if (rc && *str) return unsupported(e, "suffix", "not supported");
         if ((rc = get_int(root, "best_of", 1, 20, &n, e)) < 0) return -1;
         if (rc && n != 1) return unsupported(e, "best_of", "only best_of = 1 is supported");
-        if ((rc = get_int(root, "logprobs", 0, 5, &n, e)) < 0) return -1;
-        if (rc) return unsupported(e, "logprobs", "log probabilities are not supported");
     }
     return 0;
 }
@@ -512,7 +600,8 @@ int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, si
     cJSON *root = parse_body(s, body, len, e);
     if (!root) return -1;
     int rc = -1;
-    if (parse_common(s, root, r, e) || parse_neutral(root, kind, e)) goto out;
+    if (parse_common(s, root, r, e) || parse_neutral(root, kind, e) || parse_output(root, kind, r, e))
+        goto out;
     if (kind == SRV_CHAT ? parse_messages(s, root, r, e) : parse_prompt(s, root, r, e)) goto out;
     const char *what = kind == SRV_CHAT ? "messages" : "prompt";
     if (r->n_prompt == 0) {
@@ -525,6 +614,109 @@ int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, si
                       "and at least one must be left for the answer; shorten the %s",
                       r->n_prompt, s->n_ctx, what);
         goto out;
+    }
+    if (r->max_tokens > s->n_ctx - r->n_prompt) r->max_tokens = s->n_ctx - r->n_prompt;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    if (rc) srv_request_free(r);
+    return rc;
+}
+
+// --- /v1/embeddings ----------------------------------------------------------------
+
+// One input (a string, or an array of token ids) into input slot k.
+static int embedding_input(struct server *s, const cJSON *v, int k, const char *param,
+                           struct srv_request *r, struct srv_error *e) {
+    struct srv_request tmp = {0};
+    if (cJSON_IsString(v)) {
+        tmp.n_prompt = session_text_tokens(s->sess.model, v->valuestring, &tmp.prompt);
+        if (tmp.n_prompt < 0) {
+            free(tmp.prompt);
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
+        }
+    } else if (cJSON_IsArray(v)) {
+        if (prompt_ids(s, v, param, &tmp, e)) {
+            free(tmp.prompt);
+            return -1;
+        }
+    } else {
+        return bad_type(e, param, "a string or an array of token ids", v);
+    }
+    r->inputs[k] = tmp.prompt;
+    r->n_input_tokens[k] = tmp.n_prompt;
+    if (tmp.n_prompt == 0)
+        return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' is empty", param);
+    if (tmp.n_prompt > s->n_ctx)
+        return srv_error_set(e, 400, BAD, "context_length_exceeded", param,
+                             "'%s' has %d tokens but the context holds %d (the server's -c)",
+                             param, tmp.n_prompt, s->n_ctx);
+    return 0;
+}
+
+int srv_embeddings_parse(struct server *s, const char *body, size_t len, struct srv_request *r,
+                         struct srv_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = SRV_EMBEDDING;
+    r->n_choices = 1;
+    r->logprobs = -1;
+    cJSON *root = parse_body(s, body, len, e);
+    if (!root) return -1;
+    int rc = -1;
+    const char *str = NULL, *fmt = NULL;
+    long long dims = 0;
+    int drc;
+    if (get_string(root, "model", &str, e) < 0 || get_string(root, "user", &str, e) < 0 ||
+        get_string(root, "encoding_format", &fmt, e) < 0 ||
+        (drc = get_int(root, "dimensions", 1, 1 << 20, &dims, e)) < 0)
+        goto out;
+    if (fmt && strcmp(fmt, "float") && strcmp(fmt, "base64")) {
+        srv_error_set(e, 400, BAD, "invalid_value", "encoding_format",
+                      "'encoding_format' must be float or base64, not '%.40s'", fmt);
+        goto out;
+    }
+    r->base64 = fmt && !strcmp(fmt, "base64");
+    if (drc && dims != s->sess.model->hp.n_embd) {
+        unsupported(e, "dimensions", "the model's embeddings have a fixed size; leave it out");
+        goto out;
+    }
+    if (s->pooling < 0) {
+        srv_error_set(e, 400, BAD, "unsupported_parameter", NULL,
+                      "this model's pooling type (%d in the file) is not supported; embeddings "
+                      "are made by mean, first-token or last-token pooling",
+                      -s->pooling);
+        goto out;
+    }
+    const cJSON *in = member(root, "input");
+    if (!in) {
+        srv_error_set(e, 400, BAD, "missing_required_parameter", "input", "'input' is required");
+        goto out;
+    }
+    // a list of inputs unless it is one string or one array of token ids
+    const bool many = cJSON_IsArray(in) && in->child && !cJSON_IsNumber(in->child);
+    const int n = many ? cJSON_GetArraySize(in) : 1;
+    if (cJSON_IsArray(in) && !in->child) {
+        srv_error_set(e, 400, BAD, "invalid_value", "input", "'input' is empty");
+        goto out;
+    }
+    if (n > SRV_MAX_INPUTS) {
+        srv_error_set(e, 400, BAD, "invalid_value", "input",
+                      "'input' holds %d inputs; at most %d are allowed", n, SRV_MAX_INPUTS);
+        goto out;
+    }
+    r->inputs = st_xcalloc((size_t)n, sizeof *r->inputs);
+    r->n_input_tokens = st_xcalloc((size_t)n, sizeof *r->n_input_tokens);
+    r->n_inputs = n;
+    if (!many) {
+        if (embedding_input(s, in, 0, "input", r, e)) goto out;
+    } else {
+        int k = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, in) {
+            char param[32];
+            snprintf(param, sizeof param, "input[%d]", k);
+            if (embedding_input(s, it, k++, param, r, e)) goto out;
+        }
     }
     rc = 0;
 out:

@@ -171,14 +171,58 @@ static bool has_suffix(const char *s, size_t n, const char *suffix) {
 
 // --- rendering ---------------------------------------------------------------
 
-enum chat_role { CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT };
-static const char *const chat_role_names[] = {"system", "user", "assistant"};
+enum chat_role { CHAT_ROLE_SYSTEM, CHAT_ROLE_USER, CHAT_ROLE_ASSISTANT, CHAT_ROLE_TOOL };
+static const char *const chat_role_names[] = {"system", "user", "assistant", "tool"};
 
 struct chat_msg {
     enum chat_role role;
     const char *text;
     size_t len;
+    const struct chat_tool_call *calls; // [n_calls] (assistant)
+    int n_calls;
 };
+
+// The tool definitions of a rendering.
+struct chat_tools {
+    const char *const *defs; // [n] each as tojson prints it
+    int n;
+};
+
+static const char qwen_tools_head[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char qwen_tools_tail[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+// Qwen's tool definitions block (the system turn's end included).
+static void put_qwen_tools(struct chat_buf *b, const struct chat_tools *t) {
+    buf_puts(b, qwen_tools_head);
+    for (int i = 0; i < t->n; i++) {
+        buf_puts(b, "\n");
+        buf_puts(b, t->defs[i]);
+    }
+    buf_puts(b, qwen_tools_tail);
+}
+
+// One call as Qwen writes it: <tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>
+static void put_qwen_call(struct chat_buf *b, const struct chat_tool_call *c) {
+    buf_puts(b, "<tool_call>\n{\"name\": \"");
+    buf_puts(b, c->name);
+    buf_puts(b, "\", \"arguments\": ");
+    buf_puts(b, c->arguments);
+    buf_puts(b, "}\n</tool_call>");
+}
+
+// A tool result: consecutive results share one user turn.
+static void put_qwen_tool_result(struct chat_buf *b, const struct chat_msg *m, int i, int n) {
+    if (i == 0 || m[i - 1].role != CHAT_ROLE_TOOL) buf_puts(b, "<|im_start|>user");
+    buf_puts(b, "\n<tool_response>\n");
+    buf_put(b, m[i].text, m[i].len);
+    buf_puts(b, "\n</tool_response>");
+    if (i == n - 1 || m[i + 1].role != CHAT_ROLE_TOOL) buf_puts(b, "<|im_end|>\n");
+}
 
 // Checks that messages from `start` on alternate user, other, user, ... as the
 // llama2, Mistral and Gemma templates require (their raise_exception).
@@ -217,8 +261,38 @@ static void render_chatml(struct chat_buf *b, const struct chat_msg *m, int n, b
     if (gen) buf_puts(b, "<|im_start|>assistant\n");
 }
 
+// Qwen2.5: the first message is a system one (the default was added before);
+// with tools the definitions follow it in the same turn.
+static void render_qwen25(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
+                          const struct chat_tools *t) {
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && t->n) {
+            buf_puts(b, "<|im_start|>system\n");
+            buf_put(b, m[0].text, m[0].len);
+            buf_puts(b, "\n\n");
+            put_qwen_tools(b, t);
+        } else if (m[i].role == CHAT_ROLE_TOOL) {
+            put_qwen_tool_result(b, m, i, n);
+        } else if (m[i].role == CHAT_ROLE_ASSISTANT && m[i].n_calls) {
+            buf_puts(b, "<|im_start|>assistant");
+            if (m[i].len) {
+                buf_puts(b, "\n");
+                buf_put(b, m[i].text, m[i].len);
+            }
+            for (int k = 0; k < m[i].n_calls; k++) {
+                buf_puts(b, "\n");
+                put_qwen_call(b, &m[i].calls[k]);
+            }
+            buf_puts(b, "<|im_end|>\n");
+        } else {
+            put_chatml(b, &m[i]);
+        }
+    }
+    if (gen) buf_puts(b, "<|im_start|>assistant\n");
+}
+
 static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
-                         bool enable_thinking) {
+                         bool enable_thinking, const struct chat_tools *t) {
     // The last user message that is not a tool result is the query; the
     // reasoning of assistant turns after it is kept.
     int last_query = n - 1;
@@ -229,7 +303,20 @@ static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bo
             break;
         }
     }
+    if (t->n) { // the system message, then the definitions, in one turn
+        buf_puts(b, "<|im_start|>system\n");
+        if (n > 0 && m[0].role == CHAT_ROLE_SYSTEM) {
+            buf_put(b, m[0].text, m[0].len);
+            buf_puts(b, "\n\n");
+        }
+        put_qwen_tools(b, t);
+    }
     for (int i = 0; i < n; i++) {
+        if (i == 0 && t->n && m[0].role == CHAT_ROLE_SYSTEM) continue;
+        if (m[i].role == CHAT_ROLE_TOOL) {
+            put_qwen_tool_result(b, m, i, n);
+            continue;
+        }
         if (m[i].role != CHAT_ROLE_ASSISTANT) {
             put_chatml(b, &m[i]);
             continue;
@@ -264,6 +351,10 @@ static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bo
             buf_puts(b, "\n</think>\n\n");
         }
         buf_put(b, content, content_len);
+        for (int k = 0; k < m[i].n_calls; k++) {
+            if (k > 0 || content_len) buf_puts(b, "\n");
+            put_qwen_call(b, &m[i].calls[k]);
+        }
         buf_puts(b, "<|im_end|>\n");
     }
     if (gen) {
@@ -510,9 +601,20 @@ static bool family_needs_messages(enum chat_template kind) {
     }
 }
 
+bool chat_has_tools(enum chat_template kind) {
+    return kind == CHAT_TEMPLATE_QWEN25 || kind == CHAT_TEMPLATE_QWEN3;
+}
+
 char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs, int n,
                   bool add_generation_prompt) {
+    return chat_render_tools(fmt, msgs, NULL, n, NULL, 0, add_generation_prompt);
+}
+
+char *chat_render_tools(const struct chat_format *fmt, const struct chat_message *msgs,
+                        const struct chat_calls *calls, int n, const char *const *tools,
+                        int n_tools, bool add_generation_prompt) {
     ST_ASSERT(fmt);
+    const struct chat_tools t = {tools, n_tools};
     if ((unsigned)fmt->kind >= CHAT_TEMPLATE_COUNT) {
         st_fail("chat_render: chat format kind %d is not a known family", (int)fmt->kind);
         return NULL;
@@ -540,6 +642,12 @@ char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs
         st_fail("chat_render: the llama3.1 template shows a date but fmt->date_string is empty");
         return NULL;
     }
+    if (n_tools && !chat_has_tools(kind)) {
+        st_fail("chat_render: tool definitions are not supported with the %s template (only "
+                "qwen2.5 and qwen3 render them)",
+                family);
+        return NULL;
+    }
     if (family_needs_messages(kind) && n == 0) {
         st_fail("chat_render: the %s template needs at least one message", family);
         return NULL;
@@ -558,23 +666,29 @@ char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs
     int count = 0;
     if (add_default && (n == 0 || !msgs[0].role || strcmp(msgs[0].role, "system") != 0))
         m[count++] =
-            (struct chat_msg){CHAT_ROLE_SYSTEM, fmt->default_system, strlen(fmt->default_system)};
+            (struct chat_msg){CHAT_ROLE_SYSTEM, fmt->default_system, strlen(fmt->default_system), NULL, 0};
     for (int i = 0; i < n; i++) {
         const char *role = msgs[i].role ? msgs[i].role : "(null)";
         int r = -1;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < (chat_has_tools(kind) ? 4 : 3); k++)
             if (strcmp(role, chat_role_names[k]) == 0) r = k;
-        if (r < 0 || !msgs[i].content) {
+        const struct chat_calls mc = calls ? calls[i] : (struct chat_calls){NULL, 0};
+        if (r < 0 || !msgs[i].content || (mc.n && (r != CHAT_ROLE_ASSISTANT || !chat_has_tools(kind)))) {
             if (r < 0)
                 st_fail("chat_render: message %d has role \"%s\"; roles are system, user and "
-                        "assistant",
-                        i, role);
+                        "assistant%s",
+                        i, role, chat_has_tools(kind) ? " and tool" : "");
+            else if (mc.n)
+                st_fail("chat_render: message %d (%s) has tool calls, which the %s template "
+                        "does not render",
+                        i, role, family);
             else
                 st_fail("chat_render: message %d (%s) has no content", i, role);
             free(m);
             return NULL;
         }
-        m[count++] = (struct chat_msg){(enum chat_role)r, msgs[i].content, strlen(msgs[i].content)};
+        m[count++] = (struct chat_msg){(enum chat_role)r, msgs[i].content, strlen(msgs[i].content),
+                                       mc.calls, mc.n};
     }
 
     struct chat_buf b = {0};
@@ -582,9 +696,9 @@ char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs
     const bool gen = add_generation_prompt;
     int rc = 0;
     switch (kind) {
-    case CHAT_TEMPLATE_CHATML:
-    case CHAT_TEMPLATE_QWEN25: render_chatml(&b, m, count, gen); break;
-    case CHAT_TEMPLATE_QWEN3: render_qwen3(&b, m, count, gen, fmt->enable_thinking); break;
+    case CHAT_TEMPLATE_CHATML: render_chatml(&b, m, count, gen); break;
+    case CHAT_TEMPLATE_QWEN25: render_qwen25(&b, m, count, gen, &t); break;
+    case CHAT_TEMPLATE_QWEN3: render_qwen3(&b, m, count, gen, fmt->enable_thinking, &t); break;
     case CHAT_TEMPLATE_PHI4: render_phi4(&b, m, count, gen); break;
     case CHAT_TEMPLATE_LLAMA2: rc = render_llama2(&b, m, count, fmt->bos); break;
     case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, m, count, gen, fmt->bos); break;

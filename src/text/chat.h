@@ -32,9 +32,21 @@ enum chat_template {
     CHAT_TEMPLATE_COUNT
 };
 
+// A tool call of an earlier assistant turn.
+struct chat_tool_call {
+    const char *name;
+    const char *arguments; // a JSON object as chat_json_dumps writes it
+};
+
 struct chat_message {
-    const char *role; // "system", "user" or "assistant"
+    const char *role; // "system", "user" or "assistant"; "tool" with chat_render_tools
     const char *content;
+};
+
+// The tool calls of one message (chat_render_tools), beside the message array.
+struct chat_calls {
+    const struct chat_tool_call *calls; // [n]
+    int n;
 };
 
 // A detected template: its family and what the template's text fixes.
@@ -78,5 +90,38 @@ bool chat_has_thinking(enum chat_template kind);
 // no messages where it needs one).
 char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs, int n,
                   bool add_generation_prompt);
+
+// --- tools (chat_tools.c; rendering in chat.c) ---
+
+// Whether the family's renderer takes tool definitions, tool results and
+// assistant tool calls (Qwen2.5 and Qwen3, checked against their Jinja templates).
+bool chat_has_tools(enum chat_template kind);
+// chat_render with tools: calls[i] (calls may be NULL) are message i's tool
+// calls (an assistant message), messages may have the role "tool" (a tool's
+// result), and tools[i] is one OpenAI tool object as chat_json_dumps writes it
+// (the template prints it with tojson); n_tools may be 0. Fails with a message
+// for a family without tools (chat_has_tools) when any of these is used.
+char *chat_render_tools(const struct chat_format *fmt, const struct chat_message *msgs,
+                        const struct chat_calls *calls, int n, const char *const *tools,
+                        int n_tools, bool add_generation_prompt);
+// JSON text re-written as Python's json.dumps(json.loads(text),
+// ensure_ascii=False) writes it — what the templates' tojson filter prints in
+// transformers — keys in their order, ", " and ": " between items. Numbers
+// with an integral value print as integers (JSON text does not keep 1.0 apart
+// from 1 once parsed). Returns a malloc'd string, or NULL with a message.
+char *chat_json_dumps(const char *json, size_t len);
+
+// How a family's model writes tool calls.
+enum chat_tool_syntax {
+    CHAT_TOOLS_NONE,
+    CHAT_TOOLS_QWEN,    // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, repeated
+    CHAT_TOOLS_LLAMA31, // {"name": ..., "parameters": {...}} (after <|python_tag|> or alone)
+    CHAT_TOOLS_MISTRAL, // [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]
+};
+enum chat_tool_syntax chat_tool_syntax(enum chat_template kind);
+// The tool calls an answer written in syntax syn holds: a JSON array
+// [{"name": str, "arguments": str (compact JSON)}, ...] (malloc'd), or NULL
+// when the answer is not tool calls (it is then plain content).
+char *chat_tools_parse(enum chat_tool_syntax syn, const char *text, size_t len);
 
 #endif

@@ -209,8 +209,9 @@ class Model:
             y[..., h:n_rot] = x0 * sin + x1 * cos
         return y
 
-    def forward(self, ids, cache):
-        """Logits (len(ids), n_vocab) for tokens `ids` at positions n_past.. ; extends cache."""
+    def forward(self, ids, cache, hidden=False):
+        """Logits (len(ids), n_vocab) for tokens `ids` at positions n_past.. ; extends cache.
+        With hidden, the final normed hidden states (len(ids), n_embd) instead (embeddings)."""
         hp, dt = self.hp, self.dt
         T, p0 = len(ids), cache["n_past"]
         nh, nkv, hd = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
@@ -251,6 +252,8 @@ class Model:
             x = x + self._mm((g / (1 + np.exp(-g))) * u, L["w_down"])
         cache["n_past"] = S
         x = self._rmsnorm(x, self.w["out_norm"])
+        if hidden:
+            return x
         return self._mm(x, self.w["output"])
 
     def greedy(self, ids, n):
