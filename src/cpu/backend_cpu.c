@@ -270,8 +270,7 @@ static void cpu_free(struct backend *be) {
 }
 
 struct backend *backend_cpu_init(int n_threads) {
-    if (n_threads <= 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n_threads <= 0) n_threads = 1;
+    if (n_threads <= 0) n_threads = threadpool_default_threads();
     struct cpu *c = st_xcalloc(1, sizeof *c);
     c->tp = threadpool_init(n_threads);
     if (!c->tp) {
