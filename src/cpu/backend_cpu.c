@@ -1,11 +1,13 @@
 // backend_cpu.c: the fast CPU backend.
 //
-// matmul quantizes each activation row once to the weight type's vec_dot_type
-// (Q8_0, Q8_1 or Q8_K blocks; float rows stay float) and computes integer dot
-// products; threads take chunks of weight rows, and each chunk runs over every
-// token of the batch while its rows sit in L1, so a prompt is a matrix ×
-// matrix product, not one vector at a time. Attention splits (token, head)
-// pairs across threads. Small element-wise ops run on the calling thread.
+// matmul: weights of the types with repacked kernels (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q6_K) are repacked once by prepare_weight into row-interleaved groups and
+// multiplied by register-tiled integer kernels chosen by CPUID (gemm.h). Other
+// types quantize each activation row once to the weight type's vec_dot_type
+// (Q8_0, Q8_1 or Q8_K blocks; float rows stay float) and compute per-row integer
+// dot products; threads take chunks of weight rows, and each chunk runs over
+// every token of the batch while its rows sit in L1. Attention splits (token,
+// head) pairs across threads. Small element-wise ops run on the calling thread.
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -13,7 +15,9 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu/attention.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemm.h"
 #include "cpu/threadpool.h"
 #include "util.h"
 
@@ -22,6 +26,10 @@
 
 struct cpu {
     struct threadpool *tp;
+    struct gemm_cache *gemm; // repacked weights, by their GGUF data
+    enum gemm_isa isa;       // the repacked kernels this CPU runs
+    void *gemm_act;          // their quantized activations (64-byte aligned)
+    size_t gemm_act_cap;
     void *scratch; // quantized activations
     size_t scratch_cap;
     float *att_scratch; // [n_threads][scores_cap]
@@ -106,9 +114,23 @@ static void quant_worker(void *arg, int ith, int nth) {
         j->q(j->x + (size_t)t * j->cols, j->out + (size_t)t * j->out_bytes, j->cols);
 }
 
+static int cpu_fast_prepare_weight(struct backend *be, const struct weight *w) {
+    struct cpu *c = cpu_of(be);
+    return gemm_cache_add(c->gemm, c->tp, w);
+}
+
+static void cpu_fast_release_weight(struct backend *be, const struct weight *w) {
+    gemm_cache_remove(cpu_of(be)->gemm, w->data);
+}
+
 static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y,
                        int n) {
     struct cpu *c = cpu_of(be);
+    const struct gemm_weight *gw = gemm_cache_find(c->gemm, w->data);
+    if (gw && gw->type == w->type && gw->rows == w->rows && gw->cols == w->cols) {
+        gemm_matmul(c->tp, c->isa, gw, x, y, n, &c->gemm_act, &c->gemm_act_cap);
+        return;
+    }
     const struct quant_traits *qt = quant_get(w->type);
     struct mm_job j = {.w = w, .dot = qt->vec_dot, .y = y, .n = n};
     if (qt->vec_dot_type == GGML_TYPE_F32) {
@@ -182,11 +204,21 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
                           const float *v_cache, float *out, int n, int pos0, int n_head,
                           int n_head_kv, int head_dim) {
     struct cpu *c = cpu_of(be);
-    const size_t need = (size_t)(pos0 + n);
+    const bool fast = c->isa == GEMM_ISA_AVX512;
+    const int nth = threadpool_size(c->tp);
+    // the plain loop wants scores_cap floats per thread
+    const size_t need =
+        fast ? attention_scratch_floats(nth, n, pos0, n_head, n_head_kv, head_dim) / (size_t)nth + 1
+             : (size_t)(pos0 + n);
     if (need > c->scores_cap) {
         free(c->att_scratch);
         c->scores_cap = need;
-        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)threadpool_size(c->tp));
+        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)nth);
+    }
+    if (fast) {
+        attention_avx512(c->tp, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim,
+                         c->att_scratch);
+        return;
     }
     struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim};
     threadpool_run(c->tp, att_worker, &j);
@@ -261,6 +293,8 @@ static void cpu_swiglu(struct backend *be, float *gate, const float *up, int64_t
 static void cpu_free(struct backend *be) {
     struct cpu *c = cpu_of(be);
     threadpool_free(c->tp);
+    gemm_cache_free(c->gemm);
+    free(c->gemm_act);
     free(c->scratch);
     free(c->att_scratch);
     free(c->rope_cos);
@@ -278,6 +312,8 @@ struct backend *backend_cpu_init(int n_threads) {
         return NULL;
     }
     c->rope_pos0 = -1;
+    c->gemm = gemm_cache_init();
+    c->isa = gemm_isa_best();
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
     be->caps = BACKEND_CAP_HOST;
@@ -288,8 +324,8 @@ struct backend *backend_cpu_init(int n_threads) {
     be->release = cpu_release;
     be->upload = cpu_copy;
     be->download = cpu_copy;
-    be->prepare_weight = cpu_prepare_weight;
-    be->release_weight = cpu_release_weight;
+    be->prepare_weight = cpu_fast_prepare_weight;
+    be->release_weight = cpu_fast_release_weight;
     be->get_rows = cpu_get_rows;
     be->rms_norm = cpu_rms_norm;
     be->matmul = cpu_matmul;
