@@ -19,6 +19,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/gemm.h"
 #include "cpu/threadpool.h"
+#include "cpu/vec_ops.h"
 #include "util.h"
 
 #define ROW_GROUP 8  // weight rows that share one pass over the activations
@@ -229,15 +230,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
 
 static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
                          int n, int dim, float eps) {
-    (void)be;
-    const float *g = w->data;
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * dim;
-        float ss = dot_f32(xi, xi, dim);
-        const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
-        float *oi = out + (size_t)i * dim;
-        for (int j = 0; j < dim; j++) oi[j] = xi[j] * scale * g[j];
-    }
+    vec_rms_norm(cpu_of(be)->isa == GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
 // Fills the angle table for positions pos0 .. pos0+n-1 unless it already holds them.
@@ -284,8 +277,7 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
 
 
 static void cpu_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
-    (void)be;
-    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    vec_swiglu(cpu_of(be)->tp, cpu_of(be)->isa == GEMM_ISA_AVX512, gate, up, n);
 }
 
 

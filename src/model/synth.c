@@ -21,8 +21,16 @@ struct synth_params synth_default_params(void) {
         .type = GGML_TYPE_Q8_0,
         .embd_type = GGML_TYPE_Q8_0,
         .tied = 1,
+        .more_bits_type = GGML_TYPE_COUNT,
         .seed = 1,
     };
+}
+
+quant_quantize_fn synth_quantizer(enum ggml_type t) {
+    if (t == GGML_TYPE_Q4_K) return synth_quantize_row_q4_K;
+    if (t == GGML_TYPE_Q6_K) return synth_quantize_row_q6_K;
+    const struct quant_traits *qt = quant_get(t);
+    return qt ? qt->quantize_row : NULL;
 }
 
 // Uniform in [-1, 1).
@@ -62,7 +70,7 @@ static int keep(struct build *b, const char *name) { return !b->filter || b->fil
 static int add_tensor(struct build *b, const char *name, enum ggml_type type, int64_t cols,
                       int64_t rows, float scale, float offset) {
     if (!keep(b, name)) return 0;
-    const struct quant_traits *qt = quant_get(type);
+    const quant_quantize_fn quantize = synth_quantizer(type);
     size_t row_bytes = quant_row_size(type, cols);
     char *data = malloc(row_bytes * (size_t)rows);
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -73,7 +81,7 @@ static int add_tensor(struct build *b, const char *name, enum ggml_type type, in
     }
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c = 0; c < cols; c++) row[c] = offset + scale * rng_float(&b->rng);
-        qt->quantize_row(row, data + (size_t)r * row_bytes, cols);
+        quantize(row, data + (size_t)r * row_bytes, cols);
     }
     int64_t ne[2] = {cols, rows};
     int rc = gguf_writer_add_tensor(b->w, name, type, rows > 1 ? 2 : 1, ne, data);
@@ -84,9 +92,9 @@ static int add_tensor(struct build *b, const char *name, enum ggml_type type, in
 
 static int check_type(const char *what, enum ggml_type t, int64_t n) {
     const struct quant_traits *qt = quant_get(t);
-    if (!qt || !qt->quantize_row)
+    if (!qt || !synth_quantizer(t))
         return st_fail("synth: %s type %s has no quantizer (use F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                       "Q5_1, Q8_0, IQ4_NL or IQ4_XS)",
+                       "Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL or IQ4_XS)",
                        what, quant_name(t));
     if (n % qt->block_size)
         return st_fail("synth: width %lld is not a multiple of %s's block size %lld",
@@ -166,8 +174,11 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
                        p->n_head);
     if (p->n_head % p->n_head_kv)
         return st_fail("synth: %d KV heads must divide %d heads", p->n_head_kv, p->n_head);
+    const bool mix = p->more_bits_type != GGML_TYPE_COUNT;
     if (check_type("weight", p->type, p->n_embd) || check_type("weight", p->type, p->n_ff) ||
-        check_type("embedding", p->embd_type, p->n_embd))
+        check_type("embedding", p->embd_type, p->n_embd) ||
+        (mix && (check_type("more-bits", p->more_bits_type, p->n_embd) ||
+                 check_type("more-bits", p->more_bits_type, p->n_ff))))
         return -1;
     struct build b = {.w = gguf_writer_init(), .filter = filter, .user = user, .rng = p->seed};
     const int hd = p->n_embd / p->n_head;
@@ -193,24 +204,30 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
 
     // weights scaled like a trained model's: unit-variance activations, norms near 1
     const float ws = 1.0f / sqrtf((float)E), fs = 1.0f / sqrtf((float)p->n_ff);
-    if (add_tensor(&b, "token_embd.weight", p->embd_type, E, p->n_vocab, 1.0f, 0) ||
+    // the mix's output matrix: output.weight, or the embedding it is tied to
+    const enum ggml_type embd_type = mix && p->tied ? p->more_bits_type : p->embd_type;
+    const enum ggml_type out_type = mix ? p->more_bits_type : p->type;
+    if (add_tensor(&b, "token_embd.weight", embd_type, E, p->n_vocab, 1.0f, 0) ||
         add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, E, 1, 0.2f, 1.0f))
         goto fail;
-    if (!p->tied && add_tensor(&b, "output.weight", p->type, E, p->n_vocab, ws, 0)) goto fail;
+    if (!p->tied && add_tensor(&b, "output.weight", out_type, E, p->n_vocab, ws, 0)) goto fail;
     for (int l = 0; l < p->n_layer; l++) {
         char name[64];
+        const int n8 = p->n_layer / 8;
+        const bool more = mix && (l < n8 || l >= 7 * p->n_layer / 8 || (l - n8) % 3 == 2);
+        const enum ggml_type vd_type = more ? p->more_bits_type : p->type;
 #define T(suffix, type, cols, rows, scale, offset)                                                \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", l);                                   \
     if (add_tensor(&b, name, type, cols, rows, scale, offset)) goto fail;
         T("attn_norm", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);
         T("attn_q", p->type, E, q_dim, ws, 0);
         T("attn_k", p->type, E, kv_dim, ws, 0);
-        T("attn_v", p->type, E, kv_dim, ws, 0);
+        T("attn_v", vd_type, E, kv_dim, ws, 0);
         T("attn_output", p->type, q_dim, E, ws, 0);
         T("ffn_norm", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);
         T("ffn_gate", p->type, E, p->n_ff, ws, 0);
         T("ffn_up", p->type, E, p->n_ff, ws, 0);
-        T("ffn_down", p->type, p->n_ff, E, fs, 0);
+        T("ffn_down", vd_type, p->n_ff, E, fs, 0);
 #undef T
     }
     *out = b.w;

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# compare-llamacpp.sh: Strata's CPU speed against llama.cpp's, in one run.
+#
+# Builds llama.cpp's llama-bench once from the source vendored in the PyPI sdist
+# of llama-cpp-python (downloaded with pip into the cache; CPU build with
+# GGML_NATIVE) and reuses it afterwards; writes synthetic 1B-shaped models
+# (Llama 3.2 1B shape) in Q4_0 and in a Q4_K/Q6_K mix with `strata synth`; then
+# for each model and thread count runs `llama-bench -p P -n N -r R -t T` and
+# `strata bench -p P -n N -r R -t T` one after the other, and prints one table:
+# each engine's pp and tg tok/s (mean ± sd) and Strata / llama.cpp.
+#
+# Note: llama-bench's tgN starts from an empty context, Strata's follows its ppN
+# prompt (attention over P..P+N positions): the comparison is tilted toward
+# llama.cpp.
+#
+#   scripts/compare-llamacpp.sh [options]
+#     --threads "1 2"     thread counts (default: 1 and every core this process may use)
+#     --models "real q4_0 q4_k_m"   which models (default: all three)
+#     -p N, -n N, -r N    prompt tokens, generated tokens, repetitions (512, 128, 3)
+#     --bench PATH        also run another llama-bench-compatible binary (e.g. a fork
+#                         of llama.cpp), as a third column
+#     --busy              run everything a second time with a process spinning on
+#                         the last core (a machine shared with other work)
+#     --cache DIR         where the sdist and the llama.cpp build live
+#                         (default: ${XDG_CACHE_HOME:-~/.cache}/strata)
+#     --llama-version V   llama-cpp-python sdist version (default: the installed one, else 0.3.36)
+#
+# Environment: STRATA (default build/strata), MODEL (the real model,
+# default models/SmolLM2-135M-Instruct.Q4_1.gguf).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STRATA=${STRATA:-build/strata}
+REAL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/strata
+NPROC=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || nproc)
+THREADS="1 $NPROC"
+[ "$NPROC" = 1 ] && THREADS=1
+MODELS="real q4_0 q4_k_m"
+P=512 N=128 R=3
+OTHER=""
+BUSY=0
+VER=""
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --threads) THREADS=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    -p) P=$2; shift 2 ;;
+    -n) N=$2; shift 2 ;;
+    -r) R=$2; shift 2 ;;
+    --bench) OTHER=$2; shift 2 ;;
+    --busy) BUSY=1; shift ;;
+    --cache) CACHE=$2; shift 2 ;;
+    --llama-version) VER=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0 ;;
+    *) echo "compare-llamacpp.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+if [ -z "$VER" ]; then
+    VER=$(python3 -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || echo 0.3.36)
+fi
+[ -x "$STRATA" ] || { echo "no $STRATA: run make first" >&2; exit 1; }
+[ -z "$OTHER" ] || [ -x "$OTHER" ] || { echo "--bench $OTHER is not an executable" >&2; exit 1; }
+
+# --- llama.cpp's llama-bench, built once ----------------------------------------------
+SRC=$CACHE/llama_cpp_python-$VER
+LLAMA_BENCH=$SRC/build-cpu/bin/llama-bench
+build_llamacpp() {
+    [ -x "$LLAMA_BENCH" ] && return
+    mkdir -p "$CACHE"
+    if [ ! -d "$SRC/vendor/llama.cpp" ]; then
+        echo "== downloading the llama-cpp-python $VER sdist into $CACHE"
+        python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$CACHE" >&2
+        tar -xzf "$CACHE/llama_cpp_python-$VER.tar.gz" -C "$CACHE"
+    fi
+    echo "== building llama-bench (CPU, GGML_NATIVE) in $SRC/build-cpu; once"
+    cmake -S "$SRC/vendor/llama.cpp" -B "$SRC/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-cpu.log" 2>&1
+    cmake --build "$SRC/build-cpu" --target llama-bench -j 2 >"$CACHE/build-cpu.log" 2>&1 ||
+        { tail -20 "$CACHE/build-cpu.log" >&2; exit 1; }
+}
+build_llamacpp
+
+# --- GPU half -------------------------------------------------------------------------
+# ==== GPU: not filled in yet. When `nvcc` is present and `nvidia-smi -L` lists a GPU,
+# ==== build a second llama-bench with -DGGML_CUDA=ON into $SRC/build-cuda, Strata with
+# ==== `make GPU=cuda BUILD=build/cuda`, and run both with -ngl 99 / --backend cuda in
+# ==== the loop below. Until then the comparison is CPU only.
+if command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "note: a GPU is usable here, but the GPU comparison is not written yet (CPU only)" >&2
+fi
+
+# --- models ---------------------------------------------------------------------------
+SYN=build/compare
+mkdir -p "$SYN"
+model_path() {
+    case "$1" in
+    real) echo "$REAL" ;;
+    q4_0) echo "$SYN/llama3.2-1b-q4_0.gguf" ;;
+    q4_k_m) echo "$SYN/llama3.2-1b-q4_k_m.gguf" ;;
+    *) echo "unknown model $1 (real, q4_0, q4_k_m)" >&2; exit 2 ;;
+    esac
+}
+for m in $MODELS; do
+    f=$(model_path "$m")
+    case "$m" in
+    q4_0) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3.2-1b --type Q4_0 ;;
+    q4_k_m) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3.2-1b --type Q4_K_M ;;
+    esac
+    [ -f "$f" ] || { echo "no model $f" >&2; exit 1; }
+done
+
+# --- runs -----------------------------------------------------------------------------
+# Each prints "pp_mean pp_sd tg_mean tg_sd".
+run_llama() { # BINARY MODEL THREADS
+    "$1" -m "$2" -p "$P" -n "$N" -r "$R" -t "$3" -o json 2>/dev/null | python3 -c '
+import json, sys
+rows = json.load(sys.stdin)
+pp = [r for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0]
+tg = [r for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0]
+print(pp[0]["avg_ts"], pp[0]["stddev_ts"], tg[0]["avg_ts"], tg[0]["stddev_ts"])'
+}
+run_strata() { # MODEL THREADS
+    "$STRATA" bench -m "$1" -p "$P" -n "$N" -r "$R" -t "$2" 2>/dev/null | python3 -c '
+import re, sys
+v = {}
+for line in sys.stdin:
+    m = re.match(r"(pp|tg)\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)
+    if m: v[m.group(1)] = (m.group(2), m.group(3))
+print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1])'
+}
+
+busy_pid=""
+BUSY_CPU=""
+busy_start() {
+    local cpu
+    cpu=$(python3 -c 'import os; print(max(os.sched_getaffinity(0)))')
+    taskset -c "$cpu" sh -c 'while :; do :; done' &
+    busy_pid=$!
+    BUSY_CPU=$cpu
+}
+busy_stop() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null && wait "$busy_pid" 2>/dev/null; busy_pid=""; }
+trap busy_stop EXIT
+
+RESULTS=$(mktemp)
+conditions="idle"
+[ "$BUSY" = 1 ] && conditions="idle busy"
+for cond in $conditions; do
+    [ "$cond" = busy ] && busy_start
+    for m in $MODELS; do
+        f=$(model_path "$m")
+        for t in $THREADS; do
+            echo "== $cond $m -t $t" >&2
+            l=$(run_llama "$LLAMA_BENCH" "$f" "$t")
+            s=$(run_strata "$f" "$t")
+            o="- - - -"
+            [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
+            echo "$cond $m $t $l $s $o" >>"$RESULTS"
+        done
+    done
+    [ "$cond" = busy ] && busy_stop
+done
+
+# --- the table ------------------------------------------------------------------------
+echo
+echo "strata $(git rev-parse --short HEAD 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
+    "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "pp$P / tg$N tok/s, mean ± sd of $R; ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
+if [ "$BUSY" = 1 ]; then echo "busy rows: a shell loop spins on CPU $BUSY_CPU meanwhile"; fi
+python3 - "$RESULTS" "$P" "$N" "${OTHER:+1}" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+P, N, other = sys.argv[2], sys.argv[3], sys.argv[4] == "1" if len(sys.argv) > 4 else False
+hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"llama.cpp tg{N}", f"strata tg{N}", "ratio"]
+if other: hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o"]
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * len(hdr))
+f = lambda m, s: f"{float(m):.1f} ± {float(s):.1f}"
+for r in rows:
+    cond, model, t = r[:3]
+    lp, lps, lt, lts, sp, sps, st, sts, op, ops, ot, ots = r[3:15]
+    cells = [cond, model, t, f(lp, lps), f(sp, sps), f"{float(sp)/float(lp):.2f}", f(lt, lts), f(st, sts), f"{float(st)/float(lt):.2f}"]
+    if other:
+        cells += [f(op, ops), f"{float(sp)/float(op):.2f}", f(ot, ots), f"{float(st)/float(ot):.2f}"]
+    print("| " + " | ".join(cells) + " |")
+EOF
+rm -f "$RESULTS"
