@@ -6,7 +6,8 @@
 // on fresh random weights and activations (seed printed; STRATA_SEED repeats):
 //
 // - the activation quantizer: |x − d·q| ≤ d/2, q in [−127, 127], s = d·Σq and
-//   −32·Σq per 16, and the SIMD quantizers give bit-identical blocks (the d/2
+//   the folded-min bias (−8·Σq, −128·Σq, −32·Σq per 16: gemm.h), and the SIMD
+//   quantizers give bit-identical blocks (the d/2
 //   widens by 3·127 float roundings: x·id, id = 127/max and d = max/127 each
 //   round once, relative to values up to 127);
 // - each kernel against an independent oracle: the double-precision product of
@@ -147,10 +148,10 @@ static void random_acts(float *x, size_t n) {
     }
 }
 
-static struct gemm_act quantize(const float *x, int n, int64_t cols, bool m16, void **buf) {
-    *buf = aligned_alloc(64, (gemm_act_bytes(n, cols, m16) + 63) & ~(size_t)63);
+static struct gemm_act quantize(const float *x, int n, int64_t cols, enum gemm_type gt, void **buf) {
+    *buf = aligned_alloc(64, (gemm_act_bytes(n, cols, gt) + 63) & ~(size_t)63);
     struct gemm_act a;
-    gemm_act_layout(&a, *buf, n, cols, m16);
+    gemm_act_layout(&a, *buf, n, cols, gt);
     gemm_quantize_scalar(x, &a, 0, n);
     return a;
 }
@@ -176,49 +177,61 @@ static int compare(const float *y, const struct oracle *o, int n, int64_t rows, 
 
 static void test_quantizer(void) {
     static const int64_t colss[] = {32, 64, 576, 1536};
-    for (size_t k = 0; k < sizeof colss / sizeof *colss; k++) {
-        const int64_t cols = colss[k];
-        const int n = 5;
-        float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
-        random_acts(x, (size_t)n * cols);
-        void *buf;
-        struct gemm_act a = quantize(x, n, cols, true, &buf);
-        const int64_t nb = cols / 32;
-        int bad = 0;
-        for (int t = 0; t < n; t++)
-            for (int64_t b = 0; b < nb; b++) {
-                const size_t ib = (size_t)t * nb + b;
-                const float *xb = x + (size_t)t * cols + b * 32;
-                const int8_t *q = a.qs + (size_t)t * cols + b * 32;
-                float amax = 0;
-                for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-                int sum[2] = {0, 0};
-                for (int i = 0; i < 32; i++) {
-                    if (q[i] < -127 || fabs((double)xb[i] - (double)a.d[ib] * q[i]) > a.d[ib] * (0.5 + 381 * 0x1p-24) + 1e-30) bad++;
-                    sum[i / 16] += q[i];
+    static const struct {
+        enum gemm_type gt;
+        int n;
+        int32_t mul;
+    } kinds[] = {{GEMM_Q4_1, 0, 0}, {GEMM_Q4_0, 1, -8}, {GEMM_Q8_0, 1, -128}, {GEMM_Q6_K, 2, -32}};
+    for (size_t k = 0; k < sizeof colss / sizeof *colss; k++)
+        for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+            const int64_t cols = colss[k];
+            const enum gemm_type gt = kinds[ki].gt;
+            const int n = 5;
+            float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
+            random_acts(x, (size_t)n * cols);
+            void *buf;
+            struct gemm_act a = quantize(x, n, cols, gt, &buf);
+            CHECK(a.bias_n == kinds[ki].n && a.bias_mul == kinds[ki].mul && (a.bias != NULL) == (a.bias_n > 0),
+                  "%s: bias %d x %d", quant_name(types[gt]), a.bias_n, a.bias_mul);
+            const int64_t nb = cols / 32;
+            int bad = 0;
+            for (int t = 0; t < n; t++)
+                for (int64_t b = 0; b < nb; b++) {
+                    const size_t ib = (size_t)t * nb + b;
+                    const float *xb = x + (size_t)t * cols + b * 32;
+                    const int8_t *q = a.qs + (size_t)t * cols + b * 32;
+                    float amax = 0;
+                    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+                    int sum[2] = {0, 0};
+                    for (int i = 0; i < 32; i++) {
+                        if (q[i] < -127 || fabs((double)xb[i] - (double)a.d[ib] * q[i]) > a.d[ib] * (0.5 + 381 * 0x1p-24) + 1e-30)
+                            bad++;
+                        sum[i / 16] += q[i];
+                    }
+                    if (a.d[ib] != amax / 127.0f || a.s[ib] != a.d[ib] * (float)(sum[0] + sum[1])) bad++;
+                    if (a.bias_n == 1 && a.bias[ib] != a.bias_mul * (sum[0] + sum[1])) bad++;
+                    if (a.bias_n == 2 && (a.bias[2 * ib] != a.bias_mul * sum[0] || a.bias[2 * ib + 1] != a.bias_mul * sum[1]))
+                        bad++;
                 }
-                if (a.d[ib] != amax / 127.0f || a.s[ib] != a.d[ib] * (float)(sum[0] + sum[1]) ||
-                    a.m16[2 * ib] != -32 * sum[0] || a.m16[2 * ib + 1] != -32 * sum[1])
-                    bad++;
+            CHECK(bad == 0, "cols %lld: %d quantized blocks or values out of their bounds", (long long)cols, bad);
+            for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
+                if (!gemm_isa_available((enum gemm_isa)isa)) continue;
+                const size_t bytes = gemm_act_bytes(n, cols, gt);
+                void *buf2 = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+                memset(buf2, 0x55, bytes);
+                struct gemm_act b;
+                gemm_act_layout(&b, buf2, n, cols, gt);
+                gemm_quantizer((enum gemm_isa)isa)(x, &b, 0, n);
+                const bool same = !memcmp(a.qs, b.qs, (size_t)n * cols) && !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
+                                  !memcmp(a.s, b.s, sizeof(float) * n * nb) &&
+                                  (!a.bias_n || !memcmp(a.bias, b.bias, sizeof(int32_t) * n * nb * a.bias_n));
+                CHECK(same, "cols %lld: the %s quantizer differs from the scalar one", (long long)cols,
+                      gemm_isa_name((enum gemm_isa)isa));
+                free(buf2);
             }
-        CHECK(bad == 0, "cols %lld: %d quantized blocks or values out of their bounds", (long long)cols, bad);
-        for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
-            if (!gemm_isa_available((enum gemm_isa)isa)) continue;
-            void *buf2 = aligned_alloc(64, (gemm_act_bytes(n, cols, true) + 63) & ~(size_t)63);
-            memset(buf2, 0x55, gemm_act_bytes(n, cols, true));
-            struct gemm_act b;
-            gemm_act_layout(&b, buf2, n, cols, true);
-            gemm_quantizer((enum gemm_isa)isa)(x, &b, 0, n);
-            const bool same = !memcmp(a.qs, b.qs, (size_t)n * cols) && !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
-                              !memcmp(a.s, b.s, sizeof(float) * n * nb) &&
-                              !memcmp(a.m16, b.m16, sizeof(int32_t) * n * nb * 2);
-            CHECK(same, "cols %lld: the %s quantizer differs from the scalar one", (long long)cols,
-                  gemm_isa_name((enum gemm_isa)isa));
-            free(buf2);
+            free(buf);
+            free(x);
         }
-        free(buf);
-        free(x);
-    }
 }
 
 static int n_kernel_cases;
@@ -236,7 +249,7 @@ static void kernel_case(enum ggml_type t, int64_t rows, int64_t cols, int n) {
     float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
     random_acts(x, (size_t)n * cols);
     void *abuf;
-    struct gemm_act a = quantize(x, n, cols, gw.gt == GEMM_Q6_K, &abuf);
+    struct gemm_act a = quantize(x, n, cols, gw.gt, &abuf);
     struct oracle o = make_oracle(t, wd, row_bytes, rows, cols, &a);
     float *y = st_xmalloc(sizeof(float) * (size_t)n * rows);
     for (int isa = 0; isa < GEMM_ISA_COUNT; isa++) {
@@ -303,7 +316,7 @@ static void test_driver(void) {
             float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
             random_acts(x, (size_t)n * cols);
             void *abuf;
-            struct gemm_act a = quantize(x, n, cols, t == GGML_TYPE_Q6_K, &abuf);
+            struct gemm_act a = quantize(x, n, cols, (enum gemm_type)k, &abuf);
             struct oracle o = make_oracle(t, wd, row_bytes, rows, cols, &a);
             float *y = st_xmalloc(sizeof(float) * (size_t)n * rows);
             for (size_t ti = 0; ti < 3; ti++) {

@@ -250,8 +250,7 @@ static void quant_chunk(void *arg, int chunk, int ith) {
 
 void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *w, const float *x,
                  float *y, int n, void **scratch, size_t *scratch_cap) {
-    const bool m16 = w->gt == GEMM_Q6_K;
-    const size_t need = gemm_act_bytes(n, w->cols, m16);
+    const size_t need = gemm_act_bytes(n, w->cols, w->gt);
     if (need > *scratch_cap) {
         free(*scratch);
         *scratch = aligned_alloc(64, (need + 63) & ~(size_t)63);
@@ -259,7 +258,7 @@ void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_wei
         *scratch_cap = need;
     }
     struct gemm_act a;
-    gemm_act_layout(&a, *scratch, n, w->cols, m16);
+    gemm_act_layout(&a, *scratch, n, w->cols, w->gt);
     struct quant_job qj = {gemm_quantizer(isa), x, &a, 16};
     threadpool_run_chunks(tp, quant_chunk, &qj, (n + qj.per_chunk - 1) / qj.per_chunk);
 

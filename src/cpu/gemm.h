@@ -14,9 +14,13 @@
 // expanded at run time, so the repacked weight dequantizes to the same values.
 //
 // Activations are quantized once per product to int8 blocks of 32 with a float
-// scale d = max|x|/127 and the block's s = d·Σq (and, for Q6_K, −32·Σq over each
-// 16). For a weight row with block scale dw and min mw (x = dw·q + mw) the
-// product is  Σ_blocks  Σq_w·q_a · (dw·da)  +  mw · s.
+// scale d = max|x|/127 and the block's s = d·Σq. For a weight row with block
+// scale dw and min mw (x = dw·q + mw) the product is
+//     Σ_blocks  Σq_w·q_a · (dw·da)  +  mw · s.
+// Where the min is a fixed multiple of the scale (Q4_0: −8·dw, Q8_0: −128·dw,
+// Q6_K: −32·dw per 16) it is folded into the integer sum instead: the quantizer
+// stores that multiple of Σq_a ("bias") and the kernels start the block's sum
+// from it, saving a float multiply-add per block and token.
 //
 // Kernels (one per type) exist for AVX-512 VNNI (16 rows in a zmm), AVX-VNNI and
 // AVX2 (two halves of 8 rows in ymm registers), and in plain C; the one used is
@@ -93,7 +97,10 @@ struct gemm_act {
     int8_t *qs;   // (n, cols)
     float *d;     // (n, cols/32) block scales
     float *s;     // (n, cols/32) d · Σq of each block
-    int32_t *m16; // (n, cols/16) −32 · Σq over each 16; only when wanted, else NULL
+    int32_t *bias; // (n, cols/32 · bias_n): bias_mul · Σq over each block (bias_n 1) or
+                   // each half (bias_n 2); NULL when bias_n is 0
+    int bias_n;
+    int32_t bias_mul;
 };
 
 enum gemm_isa { GEMM_ISA_SCALAR, GEMM_ISA_AVX2, GEMM_ISA_AVXVNNI, GEMM_ISA_AVX512, GEMM_ISA_COUNT };
@@ -118,10 +125,10 @@ void gemm_repack_rows(struct gemm_weight *w, const void *src, size_t row_bytes, 
 int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols);
 void gemm_weight_free(struct gemm_weight *w);
 
-// Bytes of one buffer holding the activations of n tokens × cols (with m16 when
-// want_m16), and the pointers into buf (64-byte aligned) it sets in a.
-size_t gemm_act_bytes(int n, int64_t cols, bool want_m16);
-void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, bool want_m16);
+// Bytes of one buffer holding the activations of n tokens × cols for weights of
+// type gt, and the pointers into buf (64-byte aligned) and bias fields it sets in a.
+size_t gemm_act_bytes(int n, int64_t cols, enum gemm_type gt);
+void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum gemm_type gt);
 
 // --- dispatch (gemm.c) -----------------------------------------------------------------
 

@@ -56,7 +56,8 @@ void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1) {
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             a->d[i] = amax / 127.0f;
             a->s[i] = a->d[i] * (float)(s0 + s1);
-            if (a->m16) a->m16[2 * i] = -32 * s0, a->m16[2 * i + 1] = -32 * s1;
+            if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
+            else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }
 }
 

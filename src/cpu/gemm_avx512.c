@@ -72,13 +72,16 @@ INLINE __mmask16 row_mask(const struct gemm_weight *w, int64_t g) {
 }
 
 // One group g × tokens [t0, t0+T) of the 32-block types and Q4_K: per block, v,
-// scale dv and min mv, then for each token acc += S·(dv·da) + mv·s.
+// scale dv and min mv, then for each token acc += S·(dv·da) + mv·s; for Q4_0 and
+// Q8_0 the min is in the bias S starts from.
 INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weight *w, const struct gemm_act *a,
                    int64_t g, int t0, float *y, int64_t ldy) {
     const int64_t nb = w->cols / GEMM_QK;
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb, *sa = a->s + (size_t)t0 * (size_t)nb;
+    const bool biased = gt == GEMM_Q4_0 || gt == GEMM_Q8_0;
+    const int32_t *bias = biased ? a->bias + (size_t)t0 * (size_t)nb : NULL;
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
@@ -91,7 +94,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
                 dv = load_f16(sc + b * GEMM_R);
-                mv = _mm512_mul_ps(dv, _mm512_set1_ps(-8.0f));
+                mv = _mm512_setzero_ps();
             } else {
                 dv = load_f16(sc + b * 2 * GEMM_R);
                 mv = load_f16(sc + b * 2 * GEMM_R + GEMM_R);
@@ -101,7 +104,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_si512((const void *)(qs + 64 * j));
             dv = load_f16((const uint16_t *)gp + b * GEMM_R);
-            mv = _mm512_mul_ps(dv, _mm512_set1_ps(-128.0f));
+            mv = _mm512_setzero_ps();
         } else { // GEMM_Q4_K
             const struct gemm_q4_K *s = (const struct gemm_q4_K *)gp + b / 8;
             const int j = (int)(b % 8);
@@ -117,10 +120,11 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const __m512i S = dot_words(v, qa + (size_t)t * (size_t)a->cols + b * GEMM_QK, 0, 8, _mm512_setzero_si512());
             const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
+            const __m512i S0 = biased ? _mm512_set1_epi32(bias[ib]) : _mm512_setzero_si512();
+            const __m512i S = dot_words(v, qa + (size_t)t * (size_t)a->cols + b * GEMM_QK, 0, 8, S0);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dv, _mm512_set1_ps(da[ib])), acc[t]);
-            acc[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sa[ib]), acc[t]);
+            if (!biased) acc[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sa[ib]), acc[t]);
         }
     }
     const __mmask16 mask = row_mask(w, g);
@@ -136,7 +140,7 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
     const struct gemm_q6_K *s0 = (const struct gemm_q6_K *)(w->data + (size_t)g * w->group_bytes);
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb;
-    const int32_t *m16 = a->m16 + (size_t)t0 * (size_t)nb * 2;
+    const int32_t *bias = a->bias + (size_t)t0 * (size_t)nb * 2;
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
@@ -152,8 +156,8 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
         for (int t = 0; t < T; t++) {
             const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
             const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            const __m512i S0 = dot_words(v, q, 0, 4, _mm512_set1_epi32(m16[2 * ib]));
-            const __m512i S1 = dot_words(v, q, 4, 8, _mm512_set1_epi32(m16[2 * ib + 1]));
+            const __m512i S0 = dot_words(v, q, 0, 4, _mm512_set1_epi32(bias[2 * ib]));
+            const __m512i S1 = dot_words(v, q, 4, 8, _mm512_set1_epi32(bias[2 * ib + 1]));
             const __m512 dat = _mm512_set1_ps(da[ib]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S0), _mm512_mul_ps(ds0, dat), acc[t]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S1), _mm512_mul_ps(ds1, dat), acc[t]);
@@ -226,7 +230,8 @@ void gemm_quantize_avx512(const float *x, struct gemm_act *a, int t0, int t1) {
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             a->d[i] = amax / 127.0f;
             a->s[i] = a->d[i] * (float)(s0 + s1);
-            if (a->m16) a->m16[2 * i] = -32 * s0, a->m16[2 * i + 1] = -32 * s1;
+            if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
+            else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }
 }
 

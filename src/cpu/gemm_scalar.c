@@ -11,7 +11,7 @@
 // Quantizes one 32-element block: d = max|x|/127, q = x·127/max rounded to
 // nearest even, clamped to ±127 (NaN → −127, so no conversion is undefined).
 // The SIMD quantizers compute the very same values.
-static void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *m16) {
+static void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *bias, int bias_n, int32_t mul) {
     float amax = 0;
     for (int i = 0; i < GEMM_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
     const float id = amax > 0 ? 127.0f / amax : 0.0f;
@@ -23,7 +23,8 @@ static void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_
     }
     *d = amax / 127.0f;
     *s = *d * (float)(sum[0] + sum[1]);
-    if (m16) m16[0] = -32 * sum[0], m16[1] = -32 * sum[1];
+    if (bias_n == 1) bias[0] = mul * (sum[0] + sum[1]);
+    else if (bias_n == 2) bias[0] = mul * sum[0], bias[1] = mul * sum[1];
 }
 
 void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
@@ -32,24 +33,23 @@ void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
         for (int64_t b = 0; b < nb; b++) {
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             quantize_block(x + (size_t)t * a->cols + b * GEMM_QK, a->qs + (size_t)t * a->cols + b * GEMM_QK,
-                           &a->d[i], &a->s[i], a->m16 ? &a->m16[2 * i] : NULL);
+                           &a->d[i], &a->s[i], a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n,
+                           a->bias_mul);
         }
 }
 
 // One 32-element block of one row of a repacked weight, as the kernels see it:
-// the unsigned quants, and the scale and min of each 16-element half (equal
-// halves except for Q6_K); m16 tells whether the halves start from the
-// activation's −32·Σq (Q6_K).
+// the unsigned quants, the scale of each 16-element half (one for the block
+// except Q6_K) and the min (0 where it is folded into the activation's bias).
 struct row_block {
     uint8_t u[32];
     float dw[2], mw;
-    bool m16;
 };
 
 static void get_block(const struct gemm_weight *w, int64_t g, int64_t b, int lane, struct row_block *o) {
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     const int64_t nb = w->cols / GEMM_QK;
-    o->m16 = false;
+    o->mw = 0;
     switch (w->gt) {
     case GEMM_Q4_0:
     case GEMM_Q4_1: {
@@ -61,8 +61,7 @@ static void get_block(const struct gemm_weight *w, int64_t g, int64_t b, int lan
         }
         const uint16_t *sc = (const uint16_t *)gp;
         if (w->gt == GEMM_Q4_0) {
-            o->dw[0] = st_fp16_to_f32(sc[b * GEMM_R + lane]);
-            o->mw = -8.0f * o->dw[0];
+            o->dw[0] = st_fp16_to_f32(sc[b * GEMM_R + lane]); // min −8·dw: in the bias
         } else {
             o->dw[0] = st_fp16_to_f32(sc[b * 2 * GEMM_R + lane]);
             o->mw = st_fp16_to_f32(sc[b * 2 * GEMM_R + GEMM_R + lane]);
@@ -72,8 +71,7 @@ static void get_block(const struct gemm_weight *w, int64_t g, int64_t b, int lan
     case GEMM_Q8_0: {
         const struct gemm_q8_qs *q = (const struct gemm_q8_qs *)(gp + w->scale_bytes) + b;
         for (int i = 0; i < 32; i++) o->u[i] = q->qs[i / 4][lane][i % 4];
-        o->dw[0] = st_fp16_to_f32(((const uint16_t *)gp)[b * GEMM_R + lane]);
-        o->mw = -128.0f * o->dw[0];
+        o->dw[0] = st_fp16_to_f32(((const uint16_t *)gp)[b * GEMM_R + lane]); // min −128·dw: in the bias
         break;
     }
     case GEMM_Q4_K: {
@@ -99,9 +97,7 @@ static void get_block(const struct gemm_weight *w, int64_t g, int64_t b, int lan
             o->u[e] = (uint8_t)(nib | hi << 4);
         }
         o->dw[0] = s->d[lane] * (float)s->sc[2 * bb][lane];
-        o->dw[1] = s->d[lane] * (float)s->sc[2 * bb + 1][lane];
-        o->mw = 0;
-        o->m16 = true;
+        o->dw[1] = s->d[lane] * (float)s->sc[2 * bb + 1][lane]; // min −32·dw per half: in the bias
         break;
     }
     default: ST_ASSERT(0);
@@ -123,14 +119,15 @@ static void kernel_scalar(const struct gemm_weight *w, const struct gemm_act *a,
                     get_block(w, g, b, lane, &rb);
                     const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
                     int32_t sum[2] = {0, 0};
-                    if (rb.m16) sum[0] = a->m16[2 * ib], sum[1] = a->m16[2 * ib + 1];
+                    if (a->bias_n == 2) sum[0] = a->bias[2 * ib], sum[1] = a->bias[2 * ib + 1];
+                    else if (a->bias_n == 1) sum[0] = a->bias[ib];
                     for (int i = 0; i < 32; i++) sum[i / 16] += (int32_t)rb.u[i] * (int32_t)q[b * 32 + i];
-                    if (rb.m16) {
+                    if (a->bias_n == 2) {
                         acc += (float)sum[0] * (rb.dw[0] * a->d[ib]);
                         acc += (float)sum[1] * (rb.dw[1] * a->d[ib]);
                     } else {
                         acc += (float)(sum[0] + sum[1]) * (rb.dw[0] * a->d[ib]);
-                        acc += rb.mw * a->s[ib];
+                        if (rb.mw != 0) acc += rb.mw * a->s[ib];
                     }
                 }
                 y[(size_t)t * (size_t)ldy + (size_t)(g * GEMM_R + lane)] = acc;

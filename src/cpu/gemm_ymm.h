@@ -92,6 +92,10 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb, *sa = a->s + (size_t)t0 * (size_t)nb;
+    // Q4_0 and Q8_0 (with VNNI) start from the folded min; Q8_0 without VNNI works
+    // on signed quants and needs none
+    const bool biased = gt == GEMM_Q4_0 || (gt == GEMM_Q8_0 && YMM_VNNI);
+    const int32_t *bias = biased ? a->bias + (size_t)t0 * (size_t)nb : NULL;
     __m256 acc[YTILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
@@ -105,7 +109,7 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
                 dv = y_f16(sc + b * GEMM_R + 8 * h);
-                mv = _mm256_mul_ps(dv, _mm256_set1_ps(-8.0f));
+                mv = _mm256_setzero_ps();
             } else {
                 dv = y_f16(sc + b * 2 * GEMM_R + 8 * h);
                 mv = y_f16(sc + b * 2 * GEMM_R + GEMM_R + 8 * h);
@@ -114,11 +118,7 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
             for (int j = 0; j < 8; j++) v[j] = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
             dv = y_f16((const uint16_t *)gp + b * GEMM_R + 8 * h);
-#if YMM_VNNI
-            mv = _mm256_mul_ps(dv, _mm256_set1_ps(-128.0f));
-#else
             mv = _mm256_setzero_ps();
-#endif
         } else { // GEMM_Q4_K
             const struct gemm_q4_K *s = (const struct gemm_q4_K *)gp + b / 8;
             const int j = (int)(b % 8);
@@ -143,6 +143,7 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
+            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
             __m256i S;
 #if !YMM_VNNI
             if (gt == GEMM_Q8_0) {
@@ -153,10 +154,9 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
                 }
             } else
 #endif
-                S = y_dot(v, q, 0, 8, wide, _mm256_setzero_si256());
-            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
+                S = y_dot(v, q, 0, 8, wide, biased ? _mm256_set1_epi32(bias[ib]) : _mm256_setzero_si256());
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dv, _mm256_set1_ps(da[ib])), acc[t]);
-            acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa[ib]), acc[t]);
+            if (gt == GEMM_Q4_1 || gt == GEMM_Q4_K) acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa[ib]), acc[t]);
         }
     }
     const int lanes = y_lanes(w, g, h);
@@ -170,7 +170,7 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
     const struct gemm_q6_K *s0 = (const struct gemm_q6_K *)(w->data + (size_t)g * w->group_bytes);
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb;
-    const int32_t *m16 = a->m16 + (size_t)t0 * (size_t)nb * 2;
+    const int32_t *bias = a->bias + (size_t)t0 * (size_t)nb * 2;
     __m256 acc[YTILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
@@ -186,8 +186,8 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
         for (int t = 0; t < T; t++) {
             const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
             const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            const __m256i S0 = y_dot(v, q, 0, 4, 2, _mm256_set1_epi32(m16[2 * ib]));
-            const __m256i S1 = y_dot(v, q, 4, 8, 2, _mm256_set1_epi32(m16[2 * ib + 1]));
+            const __m256i S0 = y_dot(v, q, 0, 4, 2, _mm256_set1_epi32(bias[2 * ib]));
+            const __m256i S1 = y_dot(v, q, 4, 8, 2, _mm256_set1_epi32(bias[2 * ib + 1]));
             const __m256 dat = _mm256_set1_ps(da[ib]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S0), _mm256_mul_ps(ds0, dat), acc[t]);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S1), _mm256_mul_ps(ds1, dat), acc[t]);

@@ -171,28 +171,42 @@ void gemm_repack_rows(struct gemm_weight *w, const void *src, size_t row_bytes, 
 
 // --- activations ---------------------------------------------------------------------
 
-static size_t act_parts(int n, int64_t cols, bool want_m16, size_t off[4]) {
+// The folded min of type gt: bias_n sums per block, times mul (gemm.h).
+static void bias_of(enum gemm_type gt, int *n, int32_t *mul) {
+    switch (gt) {
+    case GEMM_Q4_0: *n = 1, *mul = -8; break;
+    case GEMM_Q8_0: *n = 1, *mul = -128; break;
+    case GEMM_Q6_K: *n = 2, *mul = -32; break;
+    default: *n = 0, *mul = 0; break;
+    }
+}
+
+static size_t act_parts(int n, int64_t cols, int bias_n, size_t off[4]) {
     const size_t nn = (size_t)n, nb = (size_t)cols / GEMM_QK;
     off[0] = 0;
     off[1] = off[0] + round64(nn * (size_t)cols);
     off[2] = off[1] + round64(nn * nb * sizeof(float));
     off[3] = off[2] + round64(nn * nb * sizeof(float));
-    return off[3] + (want_m16 ? round64(nn * nb * 2 * sizeof(int32_t)) : 0);
+    return off[3] + round64(nn * nb * (size_t)bias_n * sizeof(int32_t));
 }
 
-size_t gemm_act_bytes(int n, int64_t cols, bool want_m16) {
+size_t gemm_act_bytes(int n, int64_t cols, enum gemm_type gt) {
     size_t off[4];
-    return act_parts(n, cols, want_m16, off);
+    int bn;
+    int32_t mul;
+    bias_of(gt, &bn, &mul);
+    return act_parts(n, cols, bn, off);
 }
 
-void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, bool want_m16) {
+void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum gemm_type gt) {
     size_t off[4];
-    act_parts(n, cols, want_m16, off);
+    bias_of(gt, &a->bias_n, &a->bias_mul);
+    act_parts(n, cols, a->bias_n, off);
     uint8_t *b = buf;
     a->n = n;
     a->cols = cols;
     a->qs = (int8_t *)(b + off[0]);
     a->d = (float *)(b + off[1]);
     a->s = (float *)(b + off[2]);
-    a->m16 = want_m16 ? (int32_t *)(b + off[3]) : NULL;
+    a->bias = a->bias_n ? (int32_t *)(b + off[3]) : NULL;
 }
