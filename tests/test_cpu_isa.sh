@@ -1,7 +1,8 @@
 #!/bin/sh
 # The fast CPU backend on each kernel set below the best one this CPU has: the
 # run-time dispatch, capped with STRATA_CPU_ISA, must give correct results with
-# the AVX-VNNI, AVX2 and scalar matrix kernels (and the plain attention loop) as
+# the AVX-512 (without AMX), AVX-VNNI, AVX2 and scalar matrix kernels (and the
+# plain attention loop) as
 # it does with the best. Runs the op harness and the attention test per set; a
 # set the CPU lacks is skipped by the dispatch itself (it never goes above the CPU).
 BUILD=${STRATA_BUILD:-build}
@@ -9,7 +10,7 @@ pass=0
 fail=0
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-for isa in avxvnni avx2 scalar; do
+for isa in avx512 avxvnni avx2 scalar; do
     for t in test_ops test_attention; do
         STRATA_CPU_ISA=$isa "$BUILD/tests/$t" >"$tmp" 2>&1
         rc=$?

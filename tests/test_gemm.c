@@ -254,7 +254,7 @@ static void kernel_case(enum ggml_type t, int64_t rows, int64_t cols, int n) {
     float *y = st_xmalloc(sizeof(float) * (size_t)n * rows);
     for (int isa = 0; isa < GEMM_ISA_COUNT; isa++) {
         if (!gemm_isa_available((enum gemm_isa)isa)) continue;
-        const gemm_kernel_fn k = gemm_kernel((enum gemm_isa)isa, gw.gt);
+        const gemm_kernel_fn k = gemm_kernel((enum gemm_isa)isa, gw.gt, 16); // AMX's kernel even for small n
         char what[128];
         snprintf(what, sizeof what, "%s %s %lldx%lld n=%d", gemm_isa_name((enum gemm_isa)isa), quant_name(t),
                  (long long)rows, (long long)cols, n);

@@ -298,6 +298,7 @@ static void cpu_free(struct backend *be) {
 struct backend *backend_cpu_init(int n_threads) {
     if (n_threads <= 0) n_threads = threadpool_default_threads();
     struct cpu *c = st_xcalloc(1, sizeof *c);
+    c->isa = gemm_isa_best(); // before the threads start: AMX permission is asked for here
     c->tp = threadpool_init(n_threads);
     if (!c->tp) {
         free(c);
@@ -305,7 +306,6 @@ struct backend *backend_cpu_init(int n_threads) {
     }
     c->rope_pos0 = -1;
     c->gemm = gemm_cache_init();
-    c->isa = gemm_isa_best();
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
     be->caps = BACKEND_CAP_HOST;

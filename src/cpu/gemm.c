@@ -7,6 +7,8 @@
 #include <string.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "cpu/threadpool.h"
@@ -15,7 +17,7 @@
 
 // --- run-time dispatch -------------------------------------------------------------------
 
-static const char *const isa_names[GEMM_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512"};
+static const char *const isa_names[GEMM_ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "amx"};
 
 const char *gemm_isa_name(enum gemm_isa isa) { return isa < GEMM_ISA_COUNT ? isa_names[isa] : "?"; }
 
@@ -40,7 +42,18 @@ static enum gemm_isa isa_detect(void) {
     const bool avx2 = b >> 5 & 1, f = b >> 16 & 1, dq = b >> 17 & 1, bw = b >> 30 & 1, vl = b >> 31 & 1;
     const bool vnni512 = c >> 11 & 1;
     if (!avx2) return GEMM_ISA_SCALAR;
-    if (f && dq && bw && vl && vnni512 && (xcr0 & 0xE0) == 0xE0) return GEMM_ISA_AVX512;
+    if (f && dq && bw && vl && vnni512 && (xcr0 & 0xE0) == 0xE0) {
+        // AMX: the tile and int8 bits, tile state enabled by the OS, and this
+        // process's permission to use it (Linux asks for it once per process)
+        const bool amx = (d >> 24 & 1) && (d >> 25 & 1) && (xcr0 >> 17 & 3) == 3;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+        if (amx && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0)
+            return GEMM_ISA_AMX;
+#else
+        (void)amx;
+#endif
+        return GEMM_ISA_AVX512;
+    }
     unsigned a1 = 0, b1, c1, d1;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 >> 4 & 1)) return GEMM_ISA_AVXVNNI;
     return GEMM_ISA_AVX2;
@@ -52,7 +65,7 @@ static enum gemm_isa isa_detect(void) {
 bool gemm_isa_available(enum gemm_isa isa) {
     static int detected = -1;
     if (detected < 0) detected = (int)isa_detect();
-    if (isa == GEMM_ISA_AVXVNNI && detected == GEMM_ISA_AVX512) {
+    if (isa == GEMM_ISA_AVXVNNI && detected >= GEMM_ISA_AVX512) {
         // an AVX-512 VNNI CPU may still lack the VEX form
 #if defined(__x86_64__)
         unsigned a = 0, b, c, d;
@@ -72,8 +85,8 @@ enum gemm_isa gemm_isa_best(void) {
         for (int i = 0; i < GEMM_ISA_COUNT; i++)
             if (!strcmp(cap, isa_names[i])) want = i;
         if (want < 0)
-            fprintf(stderr, "strata: STRATA_CPU_ISA=%s is not one of scalar, avx2, avxvnni, avx512; "
-                            "ignored\n", cap);
+            fprintf(stderr, "strata: STRATA_CPU_ISA=%s is not one of scalar, avx2, avxvnni, avx512, "
+                            "amx; ignored\n", cap);
         else if (want < (int)isa && (want != GEMM_ISA_AVXVNNI || gemm_isa_available(GEMM_ISA_AVXVNNI)))
             isa = (enum gemm_isa)want;
         else if (want < (int)isa)
@@ -83,10 +96,13 @@ enum gemm_isa gemm_isa_best(void) {
     return isa;
 }
 
-gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt) {
+gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt, int n) {
     ST_ASSERT(gt < GEMM_N_TYPES);
     switch (isa) {
 #if defined(__x86_64__)
+    case GEMM_ISA_AMX:
+        if (n >= 16 && gemm_kernels_amx[gt]) return gemm_kernels_amx[gt];
+        return gemm_kernels_avx512[gt];
     case GEMM_ISA_AVX512: return gemm_kernels_avx512[gt];
     case GEMM_ISA_AVXVNNI: return gemm_kernels_avxvnni[gt];
     case GEMM_ISA_AVX2: return gemm_kernels_avx2[gt];
@@ -97,14 +113,14 @@ gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt) {
 
 gemm_quantize_fn gemm_quantizer(enum gemm_isa isa) {
 #if defined(__x86_64__)
-    if (isa == GEMM_ISA_AVX512) return gemm_quantize_avx512;
+    if (isa >= GEMM_ISA_AVX512) return gemm_quantize_avx512;
     if (isa >= GEMM_ISA_AVX2) return gemm_quantize_avx2;
 #endif
     (void)isa;
     return gemm_quantize_scalar;
 }
 
-int gemm_tile_tokens(enum gemm_isa isa) { return isa == GEMM_ISA_AVX512 ? 8 : 4; }
+int gemm_tile_tokens(enum gemm_isa isa) { return isa == GEMM_ISA_AMX ? 16 : isa == GEMM_ISA_AVX512 ? 8 : 4; }
 
 // --- repacked weights, by their GGUF data ---------------------------------------------
 
@@ -263,7 +279,7 @@ void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_wei
     threadpool_run_chunks(tp, quant_chunk, &qj, (n + qj.per_chunk - 1) / qj.per_chunk);
 
     const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
-    struct mm_job j = {.w = w, .a = &a, .kernel = gemm_kernel(isa, w->gt), .y = y, .n = n};
+    struct mm_job j = {.w = w, .a = &a, .kernel = gemm_kernel(isa, w->gt, n), .y = y, .n = n};
     int tb = (int)(ACT_L2_BYTES / w->cols);
     tb = tb < tile ? tile : tb / tile * tile;
     j.tb = tb < n ? tb : n;

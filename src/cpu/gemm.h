@@ -22,9 +22,10 @@
 // stores that multiple of Σq_a ("bias") and the kernels start the block's sum
 // from it, saving a float multiply-add per block and token.
 //
-// Kernels (one per type) exist for AVX-512 VNNI (16 rows in a zmm), AVX-VNNI and
-// AVX2 (two halves of 8 rows in ymm registers), and in plain C; the one used is
-// picked at run time from CPUID (gemm_isa_best), never above what the CPU has.
+// Kernels (one per type) exist for AMX int8 tiles (prompts), AVX-512 VNNI (16 rows
+// in a zmm), AVX-VNNI and AVX2 (two halves of 8 rows in ymm registers), and in
+// plain C; the set used is picked at run time from CPUID (gemm_isa_best), never
+// above what the CPU (and the OS) allows.
 // Every kernel is checked against the scalar one and against a double-precision
 // product of the dequantized operands (tests/test_gemm.c).
 #ifndef STRATA_GEMM_H
@@ -91,6 +92,8 @@ struct gemm_weight {
 
 // Quantized activations of n tokens × cols (cols a multiple of 32). Owned by the
 // caller; gemm_act_bytes sizes the one buffer they all live in.
+// Every array holds n + 16 tokens, the 16 past the batch zeroed, so a kernel may
+// read a whole 16-token tile from any token of the batch.
 struct gemm_act {
     int n;
     int64_t cols;
@@ -103,7 +106,9 @@ struct gemm_act {
     int32_t bias_mul;
 };
 
-enum gemm_isa { GEMM_ISA_SCALAR, GEMM_ISA_AVX2, GEMM_ISA_AVXVNNI, GEMM_ISA_AVX512, GEMM_ISA_COUNT };
+// Kernel sets, each a superset of the CPU features of the one before. AMX: AMX
+// int8 tiles for prompts, AVX-512 VNNI for single tokens and Q6_K.
+enum gemm_isa { GEMM_ISA_SCALAR, GEMM_ISA_AVX2, GEMM_ISA_AVXVNNI, GEMM_ISA_AVX512, GEMM_ISA_AMX, GEMM_ISA_COUNT };
 
 // y[t·ldy + r] = row r of w · token t, for tokens [t0, t0+nt) and the rows of
 // groups [g0, g1) (rows past w->rows are not written).
@@ -133,13 +138,17 @@ void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum ge
 // --- dispatch (gemm.c) -----------------------------------------------------------------
 
 // The best kernel set this CPU runs (CPUID and OS support), lowered by the
-// environment variable STRATA_CPU_ISA=scalar|avx2|avxvnni|avx512 if set.
+// environment variable STRATA_CPU_ISA=scalar|avx2|avxvnni|avx512|amx if set.
+// The first call asks Linux for this process's AMX permission, which threads
+// started before it do not get: call it before starting threads that run kernels.
 enum gemm_isa gemm_isa_best(void);
 // Whether this CPU can run kernels of isa (and this build holds them).
 bool gemm_isa_available(enum gemm_isa isa);
 const char *gemm_isa_name(enum gemm_isa isa);
-// The kernel of type gt for isa, and the activation quantizer; isa must be available.
-gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt);
+// The kernel of type gt for isa and a batch of n tokens (AMX takes batches of 16
+// and more, and not Q6_K: else the AVX-512 one), and the activation quantizer;
+// isa must be available.
+gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt, int n);
 gemm_quantize_fn gemm_quantizer(enum gemm_isa isa);
 // Tokens of one register tile of isa's kernels (used to size cache blocks).
 int gemm_tile_tokens(enum gemm_isa isa);
@@ -174,6 +183,7 @@ void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1);
 extern const gemm_kernel_fn gemm_kernels_avx2[GEMM_N_TYPES];
 extern const gemm_kernel_fn gemm_kernels_avxvnni[GEMM_N_TYPES];
 extern const gemm_kernel_fn gemm_kernels_avx512[GEMM_N_TYPES];
+extern const gemm_kernel_fn gemm_kernels_amx[GEMM_N_TYPES]; // NULL where AMX does not take the type
 void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1);
 void gemm_quantize_avx512(const float *x, struct gemm_act *a, int t0, int t1);
 #endif

@@ -182,7 +182,7 @@ static void bias_of(enum gemm_type gt, int *n, int32_t *mul) {
 }
 
 static size_t act_parts(int n, int64_t cols, int bias_n, size_t off[4]) {
-    const size_t nn = (size_t)n, nb = (size_t)cols / GEMM_QK;
+    const size_t nn = (size_t)n + 16, nb = (size_t)cols / GEMM_QK; // a 16-token tile may start at any token
     off[0] = 0;
     off[1] = off[0] + round64(nn * (size_t)cols);
     off[2] = off[1] + round64(nn * nb * sizeof(float));
@@ -209,4 +209,10 @@ void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum ge
     a->d = (float *)(b + off[1]);
     a->s = (float *)(b + off[2]);
     a->bias = a->bias_n ? (int32_t *)(b + off[3]) : NULL;
+    // the padding tokens: zero quants and scales
+    const size_t pad = 16, nb = (size_t)cols / GEMM_QK;
+    memset(a->qs + (size_t)n * (size_t)cols, 0, pad * (size_t)cols);
+    memset(a->d + (size_t)n * nb, 0, pad * nb * sizeof(float));
+    memset(a->s + (size_t)n * nb, 0, pad * nb * sizeof(float));
+    if (a->bias) memset(a->bias + (size_t)n * nb * (size_t)a->bias_n, 0, pad * nb * (size_t)a->bias_n * sizeof(int32_t));
 }
