@@ -92,7 +92,20 @@ static inline void flash_block(const struct att_job *j, const float *Qt, float *
     }
     *l = _mm512_fmadd_ps(*l, alpha, sum);
     *m = m_new;
-    for (int d = 0; d < hd; d++) {
+    // four output dimensions at a time: four independent chains of multiply-adds
+    int d = 0;
+    for (; d + 4 <= hd; d += 4) {
+        __m512 o[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) o[i] = _mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)(d + i) * QB), alpha);
+#pragma GCC unroll 16
+        for (int k = 0; k < KB; k++)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) o[i] = _mm512_fmadd_ps(s[k], _mm512_set1_ps(vb[(size_t)k * kv_dim + d + i]), o[i]);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) _mm512_storeu_ps(Ot + (size_t)(d + i) * QB, o[i]);
+    }
+    for (; d < hd; d++) {
         __m512 o = _mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)d * QB), alpha);
 #pragma GCC unroll 16
         for (int k = 0; k < KB; k++) o = _mm512_fmadd_ps(s[k], _mm512_set1_ps(vb[(size_t)k * kv_dim + d]), o);
@@ -228,12 +241,31 @@ static void decode_task(void *arg, int task, int ith) {
             _mm512_mask_storeu_ps(s + k, mk, e);
             sum = _mm512_add_ps(sum, e);
         }
-        for (int d = 0; d < hd; d += 16) {
-            const __mmask16 mk = tail_mask(hd - d);
-            __m512 od = _mm512_setzero_ps();
-            for (k = 0; k < nk; k++)
-                od = _mm512_fmadd_ps(_mm512_set1_ps(s[k]), _mm512_maskz_loadu_ps(mk, vc + (size_t)k * kv_dim + d), od);
-            _mm512_mask_storeu_ps(o + d, mk, od);
+        // 64 output dimensions at a time, even and odd keys apart: eight independent
+        // chains of multiply-adds
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            __mmask16 mk[4];
+            for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
+            __m512 oe[4], oo[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) oe[c] = oo[c] = _mm512_setzero_ps();
+            for (k = 0; k + 2 <= nk; k += 2) {
+                const __m512 pe = _mm512_set1_ps(s[k]), po = _mm512_set1_ps(s[k + 1]);
+                const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
+                    oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
+                }
+            }
+            if (k < nk) {
+                const __m512 pe = _mm512_set1_ps(s[k]);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
+            }
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
         }
         part[0] = m;
         part[1] = _mm512_reduce_add_ps(sum);

@@ -205,7 +205,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
                           const float *v_cache, float *out, int n, int pos0, int n_head,
                           int n_head_kv, int head_dim) {
     struct cpu *c = cpu_of(be);
-    const bool fast = c->isa == GEMM_ISA_AVX512;
+    const bool fast = c->isa >= GEMM_ISA_AVX512;
     const int nth = threadpool_size(c->tp);
     // the plain loop wants scores_cap floats per thread
     const size_t need =
@@ -230,7 +230,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
 
 static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
                          int n, int dim, float eps) {
-    vec_rms_norm(cpu_of(be)->isa == GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
+    vec_rms_norm(cpu_of(be)->isa >= GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
 // Fills the angle table for positions pos0 .. pos0+n-1 unless it already holds them.
@@ -277,7 +277,7 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
 
 
 static void cpu_swiglu(struct backend *be, float *gate, const float *up, int64_t n) {
-    vec_swiglu(cpu_of(be)->tp, cpu_of(be)->isa == GEMM_ISA_AVX512, gate, up, n);
+    vec_swiglu(cpu_of(be)->tp, cpu_of(be)->isa >= GEMM_ISA_AVX512, gate, up, n);
 }
 
 
