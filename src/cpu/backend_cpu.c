@@ -10,6 +10,7 @@
 // head) pairs across threads. Small element-wise ops run on the calling thread.
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -113,6 +114,18 @@ static void quant_worker(void *arg, int ith, int nth) {
     struct quant_job *j = arg;
     for (int t = ith; t < j->n; t += nth)
         j->q(j->x + (size_t)t * j->cols, j->out + (size_t)t * j->out_bytes, j->cols);
+}
+
+// The repacked weights live in this backend's own memory, next to the KV cache
+// and scratch (the file's mapping stays too, but the kernel may drop its pages).
+static int cpu_fast_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                                 uint64_t scratch_bytes, int n_ctx) {
+    if (!cpu_check_memory(be, weight_bytes, kv_bytes, scratch_bytes + weight_bytes, n_ctx)) return 0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st_last_error());
+    return st_fail("the CPU backend keeps a repacked copy of the %.2f GiB of weights (counted in the "
+                   "scratch below): %s",
+                   weight_bytes / 1073741824.0, msg);
 }
 
 static int cpu_fast_prepare_weight(struct backend *be, const struct weight *w) {
@@ -309,7 +322,7 @@ struct backend *backend_cpu_init(int n_threads) {
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
     be->caps = BACKEND_CAP_HOST;
-    be->check_memory = cpu_check_memory;
+    be->check_memory = cpu_fast_check_memory;
     be->impl = c;
     be->free = cpu_free;
     be->alloc = cpu_alloc;

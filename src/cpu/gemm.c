@@ -2,6 +2,7 @@
 // threaded, cache-blocked driver of the repacked matrix products (gemm.h).
 #include "cpu/gemm.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +63,12 @@ static enum gemm_isa isa_detect(void) {
 #endif
 }
 
+static int detected = -1; // isa_detect() once (it asks for the AMX permission)
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+static void detect(void) { detected = (int)isa_detect(); }
+
 bool gemm_isa_available(enum gemm_isa isa) {
-    static int detected = -1;
-    if (detected < 0) detected = (int)isa_detect();
+    pthread_once(&detect_once, detect);
     if (isa == GEMM_ISA_AVXVNNI && detected >= GEMM_ISA_AVX512) {
         // an AVX-512 VNNI CPU may still lack the VEX form
 #if defined(__x86_64__)
@@ -75,10 +79,12 @@ bool gemm_isa_available(enum gemm_isa isa) {
     return (int)isa <= detected;
 }
 
-enum gemm_isa gemm_isa_best(void) {
-    static int best = -1;
-    if (best >= 0) return (enum gemm_isa)best;
-    enum gemm_isa isa = isa_detect();
+static int best = -1; // with the STRATA_CPU_ISA cap
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void choose_best(void) {
+    pthread_once(&detect_once, detect);
+    enum gemm_isa isa = (enum gemm_isa)detected;
     const char *cap = getenv("STRATA_CPU_ISA");
     if (cap && *cap) {
         int want = -1;
@@ -93,7 +99,11 @@ enum gemm_isa gemm_isa_best(void) {
             isa = GEMM_ISA_AVX2; // asked for AVX-VNNI on a CPU without it
     }
     best = (int)isa;
-    return isa;
+}
+
+enum gemm_isa gemm_isa_best(void) {
+    pthread_once(&best_once, choose_best);
+    return (enum gemm_isa)best;
 }
 
 gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt, int n) {
