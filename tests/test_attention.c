@@ -5,6 +5,9 @@
 // and cache rows past the last position filled with NaN (reading them is a bug).
 // Fresh random inputs each run (seed printed; STRATA_SEED repeats).
 //
+// Batch invariance: a prompt evaluated at once and token by token must give the
+// same outputs to the bit (the model tests compare the two ways end to end).
+//
 // Bound: the kernels compute scores and sums in float with an exponential good
 // to 2 ulp; an output element may differ from the double result by
 // 2e-5·rms(out) + 1e-4·|out| (the op harness's attention bound, test_ops.c).
@@ -108,6 +111,14 @@ static void test_attention_cases(void) {
                 be->attention(be, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd);
                 snprintf(what, sizeof what, "backend cpu heads %d/%d hd %d n %d pos0 %d", n_head, n_head_kv, hd, n, pos0);
                 CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
+                if (n > 1) { // the same queries one at a time: identical bits
+                    float *one = st_xmalloc(sizeof(float) * nq);
+                    const size_t row = (size_t)n_head * hd;
+                    for (int t = 0; t < n; t++)
+                        be->attention(be, q + t * row, kc, vc, one + t * row, 1, pos0 + t, n_head, n_head_kv, hd);
+                    CHECK(!memcmp(one, got, sizeof(float) * nq), "%s: one query at a time gives other bits", what);
+                    free(one);
+                }
                 cases++;
                 free(kc), free(vc), free(q), free(got), free(want);
             }

@@ -8,24 +8,14 @@
 #include "cpu/threadpool.h"
 #include "util.h"
 
-#define QB 16 // queries per flash task (the lanes of a zmm)
-#define KB 16 // keys per block
 
-#define DSPLIT 256 // keys per task when few queries score a long cache
-
-// Per-thread scratch, then the few-query tasks' partial results (m, l, out[hd]
-// per head of the group).
-static size_t per_thread(int n_head, int n_head_kv, int head_dim) {
-    const size_t flash = 2 * (size_t)head_dim * QB + 2 * QB;
-    const size_t decode = (size_t)(n_head / n_head_kv) * DSPLIT;
-    return (flash > decode ? flash : decode) + 16;
-}
+#define DSPLIT 256 // keys per task: ranges are absolute, so a token's arithmetic never depends on the batch
 
 static int n_pieces(int n, int pos0) { return (pos0 + n + DSPLIT - 1) / DSPLIT; }
 
 size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int n_head_kv, int head_dim) {
-    const size_t partials = (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2);
-    return (size_t)n_threads * per_thread(n_head, n_head_kv, head_dim) + partials;
+    (void)n_threads, (void)n_head_kv;
+    return (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2);
 }
 
 #if defined(__x86_64__)
@@ -46,124 +36,10 @@ struct att_job {
     float *out;
     int n, pos0, n_head, n_head_kv, hd;
     float scale;
-    float *scratch;   // per-thread blocks of `stride` floats
-    size_t stride;
-    float *partials;  // few-query tasks: (n, n_head, pieces, hd + 2)
-    int n_qb;         // query blocks per head (flash)
-    int pieces;       // key ranges of DSPLIT per (token, KV head) (few queries)
+    float *partials; // (n, n_head, pieces, hd + 2): max, sum, unnormalized output
+    int pieces;      // key ranges of DSPLIT
 };
-
-// --- prompts: flash kernel ------------------------------------------------------------
-
-// One block of KB keys from j0 for the QB queries in Qt (d-major) of one head:
-// online-softmax update of the running max m, sum l and output Ot (d-major).
-// `diag`: queries at positions p0 + lane, so key j is masked where j > p0 + lane.
-static inline void flash_block(const struct att_job *j, const float *Qt, float *Ot, const float *kb,
-                               const float *vb, int kv_dim, bool diag, int key0, int p0, __m512 *m, __m512 *l) {
-    const int hd = j->hd;
-    __m512 s[KB];
-#pragma GCC unroll 16
-    for (int k = 0; k < KB; k++) s[k] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d++) {
-        const __m512 qd = _mm512_loadu_ps(Qt + (size_t)d * QB);
-#pragma GCC unroll 16
-        for (int k = 0; k < KB; k++) s[k] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kb[(size_t)k * kv_dim + d]), s[k]);
-    }
-    if (diag) {
-#pragma GCC unroll 16
-        for (int k = 0; k < KB; k++) {
-            const int first = key0 + k - p0; // first lane that sees key key0 + k
-            if (first > 0) {
-                const __mmask16 hidden = first >= QB ? (__mmask16)0xFFFF : (__mmask16)((1u << first) - 1);
-                s[k] = _mm512_mask_mov_ps(s[k], hidden, _mm512_set1_ps(-INFINITY));
-            }
-        }
-    }
-    __m512 mx = s[0];
-#pragma GCC unroll 16
-    for (int k = 1; k < KB; k++) mx = _mm512_max_ps(mx, s[k]);
-    const __m512 m_new = _mm512_max_ps(*m, mx);
-    const __m512 alpha = exp16(_mm512_sub_ps(*m, m_new));
-    __m512 sum = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int k = 0; k < KB; k++) {
-        s[k] = exp16(_mm512_sub_ps(s[k], m_new));
-        sum = _mm512_add_ps(sum, s[k]);
-    }
-    *l = _mm512_fmadd_ps(*l, alpha, sum);
-    *m = m_new;
-    // four output dimensions at a time: four independent chains of multiply-adds
-    int d = 0;
-    for (; d + 4 <= hd; d += 4) {
-        __m512 o[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) o[i] = _mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)(d + i) * QB), alpha);
-#pragma GCC unroll 16
-        for (int k = 0; k < KB; k++)
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) o[i] = _mm512_fmadd_ps(s[k], _mm512_set1_ps(vb[(size_t)k * kv_dim + d + i]), o[i]);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) _mm512_storeu_ps(Ot + (size_t)(d + i) * QB, o[i]);
-    }
-    for (; d < hd; d++) {
-        __m512 o = _mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)d * QB), alpha);
-#pragma GCC unroll 16
-        for (int k = 0; k < KB; k++) o = _mm512_fmadd_ps(s[k], _mm512_set1_ps(vb[(size_t)k * kv_dim + d]), o);
-        _mm512_storeu_ps(Ot + (size_t)d * QB, o);
-    }
-}
-
-// The same for one key (the ragged end of a head's keys).
-static inline void flash_key(const struct att_job *j, const float *Qt, float *Ot, const float *kr, const float *vr,
-                             int key, int p0, __m512 *m, __m512 *l) {
-    __m512 s = _mm512_setzero_ps();
-    for (int d = 0; d < j->hd; d++) s = _mm512_fmadd_ps(_mm512_loadu_ps(Qt + (size_t)d * QB), _mm512_set1_ps(kr[d]), s);
-    const int first = key - p0;
-    if (first > 0) {
-        const __mmask16 hidden = first >= QB ? (__mmask16)0xFFFF : (__mmask16)((1u << first) - 1);
-        s = _mm512_mask_mov_ps(s, hidden, _mm512_set1_ps(-INFINITY));
-    }
-    const __m512 m_new = _mm512_max_ps(*m, s);
-    const __m512 alpha = exp16(_mm512_sub_ps(*m, m_new));
-    const __m512 p = exp16(_mm512_sub_ps(s, m_new));
-    *l = _mm512_fmadd_ps(*l, alpha, p);
-    *m = m_new;
-    for (int d = 0; d < j->hd; d++) {
-        const __m512 o = _mm512_mul_ps(_mm512_loadu_ps(Ot + (size_t)d * QB), alpha);
-        _mm512_storeu_ps(Ot + (size_t)d * QB, _mm512_fmadd_ps(p, _mm512_set1_ps(vr[d]), o));
-    }
-}
-
-// Task: head h, queries [t0, t0 + QB) (the later query blocks first: they see
-// more keys, so the long tasks start early).
-static void flash_task(void *arg, int task, int ith) {
-    const struct att_job *j = arg;
-    const int h = task % j->n_head, qb = j->n_qb - 1 - task / j->n_head;
-    const int t0 = qb * QB, nq = j->n - t0 < QB ? j->n - t0 : QB;
-    const int hd = j->hd, kv_dim = j->n_head_kv * hd, hkv = h / (j->n_head / j->n_head_kv);
-    float *Qt = j->scratch + (size_t)ith * j->stride, *Ot = Qt + (size_t)hd * QB;
-    for (int d = 0; d < hd; d++)
-        for (int l = 0; l < QB; l++)
-            Qt[(size_t)d * QB + l] = l < nq ? j->q[((size_t)(t0 + l) * j->n_head + h) * hd + d] * j->scale : 0.0f;
-    memset(Ot, 0, sizeof(float) * (size_t)hd * QB);
-    __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
-    const int p0 = j->pos0 + t0;      // position of lane 0
-    const int kend = p0 + nq;         // keys [0, kend) exist and some lane sees them
-    const float *kc = j->k + (size_t)hkv * hd, *vc = j->v + (size_t)hkv * hd;
-    int key = 0;
-    for (; key + KB <= kend; key += KB)
-        flash_block(j, Qt, Ot, kc + (size_t)key * kv_dim, vc + (size_t)key * kv_dim, kv_dim, key + KB - 1 > p0, key,
-                    p0, &m, &l);
-    for (; key < kend; key++) flash_key(j, Qt, Ot, kc + (size_t)key * kv_dim, vc + (size_t)key * kv_dim, key, p0, &m, &l);
-    float inv[QB];
-    _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
-    for (int lq = 0; lq < nq; lq++) {
-        float *o = j->out + ((size_t)(t0 + lq) * j->n_head + h) * hd;
-        for (int d = 0; d < hd; d++) o[d] = Ot[(size_t)d * QB + lq] * inv[lq];
-    }
-}
-
-// --- few queries: key ranges scored in one pass, merged at the end -------------------
+// --- the kernel ---------------------------------------------------------------------------
 
 // r[k] = Σ lanes of v[k], k < 16. The inputs are taken in transposed order
 // (v[4(k%4) + k/4] as the k-th), which the three shuffle-and-add levels undo.
@@ -186,38 +62,31 @@ static inline __m512 hsum16(const __m512 v[16]) {
 
 static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
-static inline float dot_hd(const float *a, const float *b, int hd) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 16) {
-        const __mmask16 mk = tail_mask(hd - d);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + d), _mm512_maskz_loadu_ps(mk, b + d), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-// Task: token t, KV head hkv, keys [DSPLIT·piece, ...) of the positions token t
-// sees; the group's query heads in turn. Leaves (max, sum, unnormalized output)
-// per head in the task's partials.
-static void decode_task(void *arg, int task, int ith) {
+// Task: token t, KV head hkv, keys [DSPLIT·piece, DSPLIT·(piece+1)) of the
+// positions token t sees; the group's query heads in turn, each through the keys
+// in blocks of 16 (absolute: block b holds keys 16b..16b+15) with an online
+// softmax. Leaves (max, sum, unnormalized output) per head in the partials.
+static void attention_task(void *arg, int task, int ith) {
     const struct att_job *j = arg;
-    const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv, t = task / j->pieces / j->n_head_kv;
+    const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv;
+    const int t = j->n - 1 - task / j->pieces / j->n_head_kv; // later tokens see more keys: they go first
     const int G = j->n_head / j->n_head_kv, hd = j->hd, kv_dim = j->n_head_kv * hd;
     const int k0 = piece * DSPLIT, n_kv = j->pos0 + t + 1;
-    const int nk = n_kv - k0 < DSPLIT ? n_kv - k0 : DSPLIT; // may be ≤ 0: nothing to see
-    const float *kc = j->k + (size_t)k0 * kv_dim + (size_t)hkv * hd, *vc = j->v + (size_t)k0 * kv_dim + (size_t)hkv * hd;
-    float *s = j->scratch + (size_t)ith * j->stride;
+    const int k1 = n_kv < k0 + DSPLIT ? n_kv : k0 + DSPLIT; // keys [k0, k1); none when k1 ≤ k0
+    (void)ith;
     for (int g = 0; g < G; g++) {
         const int h = hkv * G + g;
         float *part = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2);
         float *o = part + 2;
         memset(o, 0, sizeof(float) * (size_t)hd);
-        if (nk <= 0) {
-            part[0] = -INFINITY, part[1] = 0;
-            continue;
-        }
         const float *qh = j->q + ((size_t)t * j->n_head + h) * hd;
-        int k = 0;
-        for (; k + 16 <= nk; k += 16) {
+        __m512 m = _mm512_set1_ps(-INFINITY); // the running max, in every lane
+        float l = 0;
+        for (int kb = k0; kb < k1; kb += 16) {
+            const int nk = k1 - kb < 16 ? k1 - kb : 16;
+            const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
+            const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
+            // scores of the block's keys (lanes past nk: no load, −inf)
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
@@ -226,86 +95,82 @@ static void decode_task(void *arg, int task, int ith) {
                 const __m512 qd = _mm512_maskz_loadu_ps(mk, qh + d);
 #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++)
-                    acc[i] = _mm512_fmadd_ps(qd, _mm512_maskz_loadu_ps(mk, kc + (size_t)(k + i) * kv_dim + d), acc[i]);
+                    if (i < nk) acc[i] = _mm512_fmadd_ps(qd, _mm512_maskz_loadu_ps(mk, kc + (size_t)i * kv_dim + d), acc[i]);
             }
-            _mm512_storeu_ps(s + k, _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(j->scale)));
-        }
-        for (; k < nk; k++) s[k] = dot_hd(qh, kc + (size_t)k * kv_dim, hd) * j->scale;
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (k = 0; k < nk; k += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail_mask(nk - k), s + k));
-        const float m = _mm512_reduce_max_ps(mx);
-        __m512 sum = _mm512_setzero_ps();
-        for (k = 0; k < nk; k += 16) {
-            const __mmask16 mk = tail_mask(nk - k);
-            const __m512 e = _mm512_maskz_mov_ps(mk, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + k), _mm512_set1_ps(m))));
-            _mm512_mask_storeu_ps(s + k, mk, e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        // 64 output dimensions at a time, even and odd keys apart: eight independent
-        // chains of multiply-adds
-        for (int d0 = 0; d0 < hd; d0 += 64) {
-            __mmask16 mk[4];
-            for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
-            __m512 oe[4], oo[4];
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) oe[c] = oo[c] = _mm512_setzero_ps();
-            for (k = 0; k + 2 <= nk; k += 2) {
-                const __m512 pe = _mm512_set1_ps(s[k]), po = _mm512_set1_ps(s[k + 1]);
-                const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
+            const __mmask16 valid = tail_mask(nk);
+            const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
+                                                 _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(j->scale)));
+            const __m512 m_new = _mm512_max_ps(m, _mm512_set1_ps(_mm512_reduce_max_ps(sv)));
+            const __m512 alpha = exp16(_mm512_sub_ps(m, m_new));
+            const __m512 p = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sv, m_new)));
+            l = l * _mm_cvtss_f32(_mm512_castps512_ps128(alpha)) + _mm512_reduce_add_ps(p);
+            m = m_new;
+            float pk[16];
+            _mm512_storeu_ps(pk, p);
+            // o = o·alpha + Σ p_k v_k, 64 dimensions at a time, even and odd keys apart
+            for (int d0 = 0; d0 < hd; d0 += 64) {
+                __mmask16 mk[4];
+                for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
+                __m512 oe[4], oo[4];
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++) {
-                    oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
-                    oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
+                    oe[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o + d0 + 16 * c), alpha);
+                    oo[c] = _mm512_setzero_ps();
                 }
-            }
-            if (k < nk) {
-                const __m512 pe = _mm512_set1_ps(s[k]);
+                int k = 0;
+                for (; k + 2 <= nk; k += 2) {
+                    const __m512 pe = _mm512_set1_ps(pk[k]), po = _mm512_set1_ps(pk[k + 1]);
+                    const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
 #pragma GCC unroll 4
-                for (int c = 0; c < 4; c++)
-                    oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
-            }
+                    for (int c = 0; c < 4; c++) {
+                        oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
+                        oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
+                    }
+                }
+                if (k < nk) {
+                    const __m512 pe = _mm512_set1_ps(pk[k]);
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
+                    for (int c = 0; c < 4; c++)
+                        oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
+                }
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
+            }
         }
-        part[0] = m;
-        part[1] = _mm512_reduce_add_ps(sum);
+        part[0] = _mm_cvtss_f32(_mm512_castps512_ps128(m));
+        part[1] = l;
     }
 }
 
 // out = Σ pieces e^(m_i − M)·out_i / Σ e^(m_i − M)·l_i for each (token, head).
-static void decode_merge(const struct att_job *j) {
+static void merge_task(void *arg, int th, int ith) {
+    (void)ith;
+    const struct att_job *j = arg;
     const int hd = j->hd;
-    for (int th = 0; th < j->n * j->n_head; th++) {
-        const float *part = j->partials + (size_t)th * j->pieces * ((size_t)hd + 2);
-        float M = -INFINITY;
-        for (int p = 0; p < j->pieces; p++) M = fmaxf(M, part[(size_t)p * (hd + 2)]);
-        float *o = j->out + (size_t)th * hd;
-        float l = 0;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int p = 0; p < j->pieces; p++) {
-            const float *pp = part + (size_t)p * (hd + 2);
-            if (pp[1] == 0) continue; // an empty range
-            const float w = expf(pp[0] - M);
-            l += w * pp[1];
-            for (int d = 0; d < hd; d++) o[d] += w * pp[2 + d];
-        }
-        const float inv = 1.0f / l;
-        for (int d = 0; d < hd; d++) o[d] *= inv;
+    const float *part = j->partials + (size_t)th * j->pieces * ((size_t)hd + 2);
+    float M = -INFINITY;
+    for (int p = 0; p < j->pieces; p++) M = fmaxf(M, part[(size_t)p * (hd + 2)]);
+    float *o = j->out + (size_t)th * hd;
+    float l = 0;
+    memset(o, 0, sizeof(float) * (size_t)hd);
+    for (int p = 0; p < j->pieces; p++) {
+        const float *pp = part + (size_t)p * (hd + 2);
+        if (pp[1] == 0) continue; // a range the token does not reach
+        const float w = expf(pp[0] - M);
+        l += w * pp[1];
+        for (int d = 0; d < hd; d++) o[d] += w * pp[2 + d];
     }
+    const float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) o[d] *= inv;
 }
 
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
                       float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim, float *scratch) {
     struct att_job j = {q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim,
-                        1.0f / sqrtf((float)head_dim), scratch, per_thread(n_head, n_head_kv, head_dim), NULL,
-                        (n + QB - 1) / QB, n_pieces(n, pos0)};
-    j.partials = scratch + (size_t)threadpool_size(tp) * j.stride;
-    if (n >= 8) {
-        threadpool_run_chunks(tp, flash_task, &j, n_head * j.n_qb);
-    } else {
-        threadpool_run_chunks(tp, decode_task, &j, n * n_head_kv * j.pieces);
-        decode_merge(&j);
-    }
+                        1.0f / sqrtf((float)head_dim), scratch, n_pieces(n, pos0)};
+    threadpool_run_chunks(tp, attention_task, &j, n * n_head_kv * j.pieces);
+    if (n * n_head >= 64) threadpool_run_chunks(tp, merge_task, &j, n * n_head);
+    else for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
 }
 
 #if defined(__clang__)

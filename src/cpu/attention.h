@@ -14,10 +14,11 @@ size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int 
 
 // backend.h's attention op: out (n, n_head, head_dim) for queries q (n, n_head,
 // head_dim) at positions pos0.. against cache rows 0 .. pos0+n-1 (no row past
-// them is read). Prompts (n ≥ 8) go through a flash kernel: 16 queries of one
-// head in the lanes of a register, keys in blocks of 16 with an online softmax.
-// Fewer queries split each head's keys into ranges of 256, score a range in one
-// pass (16 keys' dot products reduced together) and merge the ranges' softmaxes.
+// them is read). Flash-attention style: each query walks its keys in blocks of
+// 16 (scores of a block reduced together, then an online softmax and the value
+// sums, all in AVX-512), in ranges of 256 keys that run as separate tasks and
+// are merged at the end. Blocks and ranges are absolute positions, so a query's
+// arithmetic, and its result to the bit, is the same whatever batch it comes in.
 // scratch: attention_scratch_floats(threadpool_size(tp), ...) floats. Only call
 // it when the CPU has AVX-512 (gemm_isa_available).
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
