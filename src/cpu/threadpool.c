@@ -11,6 +11,14 @@
 // step jobs follow each other within microseconds, so spinning keeps the wake-up
 // latency off the critical path, while sleeping keeps a worker whose core is
 // shared with another process from burning that core's time between jobs.
+//
+// On a machine shared with other work the spinning itself is the harm: a worker
+// that spins uses its whole share of a contended core, so the scheduler preempts
+// it, often in the middle of a chunk, and the job waits for it. So the pool
+// watches for contention (the caller waited long for a chunk, or a spinning
+// worker saw a gap that only a preemption explains) and for a while after
+// workers sleep right after each job: they then use little more CPU than their
+// chunks need, and the scheduler lets a woken worker run its chunk promptly.
 #include "cpu/threadpool.h"
 
 #include <limits.h>
@@ -31,6 +39,9 @@
 
 #define WORKER_SPIN_NS 100000 // a worker sleeps after 100 µs without a job
 #define CALLER_SPIN_NS 50000  // the caller sleeps after 50 µs waiting for chunks
+#define STALL_NS 300000       // a wait this long for a chunk means a preempted worker
+#define GAP_NS 200000         // so does a gap this long between two looks while spinning
+#define CONTENDED_NS 50000000 // then workers do not spin for 50 ms
 
 struct threadpool {
     int n;
@@ -46,6 +57,7 @@ struct threadpool {
     _Atomic(threadpool_chunk_fn) fn;
     _Atomic(void *) arg;
     atomic_int n_chunks;
+    _Atomic int64_t contended_until; // now_ns() before which workers do not spin
     // threadpool_run's adapter
     threadpool_fn compat_fn;
     void *compat_arg;
@@ -116,13 +128,21 @@ static void *worker_main(void *p) {
     unsigned seen = 0;
     for (;;) {
         unsigned g = atomic_load_explicit(&tp->gen, memory_order_acquire);
-        if (g == seen && !atomic_load(&tp->stop)) {
-            const int64_t t0 = now_ns();
+        int64_t t = now_ns();
+        if (g == seen && !atomic_load(&tp->stop) && t >= atomic_load(&tp->contended_until)) {
+            const int64_t t0 = t;
             for (int spins = 1;; spins++) {
                 cpu_relax();
                 g = atomic_load_explicit(&tp->gen, memory_order_acquire);
                 if (g != seen || atomic_load(&tp->stop)) break;
-                if (!(spins & 63) && now_ns() - t0 > WORKER_SPIN_NS) break;
+                if (spins & 63) continue;
+                const int64_t t1 = now_ns();
+                if (t1 - t > GAP_NS) { // descheduled while spinning: the core is shared
+                    atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
+                    break;
+                }
+                t = t1;
+                if (t1 - t0 > WORKER_SPIN_NS) break;
             }
         }
         while (g == seen && !atomic_load(&tp->stop)) {
@@ -161,6 +181,7 @@ struct threadpool *threadpool_init(int n_threads) {
     tp->threads = st_xcalloc((size_t)n_threads, sizeof *tp->threads);
     atomic_init(&tp->claim, 0);
     atomic_init(&tp->gen, 0);
+    atomic_init(&tp->contended_until, 0);
     for (int i = 1; i < n_threads; i++) {
         struct worker_arg *wa = st_xmalloc(sizeof *wa);
         wa->tp = tp;
@@ -213,6 +234,8 @@ void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *
             int d;
             while ((d = atomic_load(&tp->done)) != n_chunks) futex_wait(&tp->done, d);
             atomic_store(&tp->caller_sleeping, 0);
+            const int64_t t1 = now_ns();
+            if (t1 - t0 > STALL_NS) atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
             break;
         }
     }
