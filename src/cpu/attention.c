@@ -13,9 +13,14 @@
 
 static int n_pieces(int n, int pos0) { return (pos0 + n + DSPLIT - 1) / DSPLIT; }
 
+#define TQ 4 // tokens per task: they share each block of keys and values in L1
+
+// Per thread: the running max and sum of a task's queries.
+static size_t per_thread(int n_head, int n_head_kv) { return (size_t)2 * TQ * (size_t)(n_head / n_head_kv) + 16; }
+
 size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int n_head_kv, int head_dim) {
-    (void)n_threads, (void)n_head_kv;
-    return (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2);
+    return (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2) +
+           (size_t)n_threads * per_thread(n_head, n_head_kv);
 }
 
 #if defined(__x86_64__)
@@ -38,8 +43,12 @@ struct att_job {
     float scale;
     float *partials; // (n, n_head, pieces, hd + 2): max, sum, unnormalized output
     int pieces;      // key ranges of DSPLIT
+    float *scratch;  // per thread: stride floats
+    size_t stride;
 };
 // --- the kernel ---------------------------------------------------------------------------
+
+static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
 // r[k] = Σ lanes of v[k], k < 16. The inputs are taken in transposed order
 // (v[4(k%4) + k/4] as the k-th), which the three shuffle-and-add levels undo.
@@ -60,85 +69,136 @@ static inline __m512 hsum16(const __m512 v[16]) {
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
 }
 
-static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
-// Task: token t, KV head hkv, keys [DSPLIT·piece, DSPLIT·(piece+1)) of the
-// positions token t sees; the group's query heads in turn, each through the keys
-// in blocks of 16 (absolute: block b holds keys 16b..16b+15) with an online
-// softmax. Leaves (max, sum, unnormalized output) per head in the partials.
+// Scores (unscaled) of the ns ≤ 16 keys from kc (rows kv_dim apart) for query q:
+// lane i = q · k_i, lanes from ns on −inf (and their keys not read).
+static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd, int ns) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    if (ns == 16 && hd % 16 == 0) {
+        for (int d = 0; d < hd; d += 16) {
+            const __m512 qd = _mm512_loadu_ps(q + d);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kc + (size_t)i * kv_dim + d), acc[i]);
+        }
+    } else {
+        for (int d = 0; d < hd; d += 16) {
+            const __mmask16 mk = tail_mask(hd - d);
+            const __m512 qd = _mm512_maskz_loadu_ps(mk, q + d);
+            for (int i = 0; i < ns; i++)
+                acc[i] = _mm512_fmadd_ps(qd, _mm512_maskz_loadu_ps(mk, kc + (size_t)i * kv_dim + d), acc[i]);
+        }
+    }
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), tail_mask(ns), hsum16(acc));
+}
+
+// o (hd) = o·alpha + Σ_k<nk p_k v_k (rows kv_dim apart): 64 dimensions at a time,
+// even and odd keys apart (eight independent chains of multiply-adds).
+static inline void pv_update(float *o, __m512 alpha, const float *pk, const float *vc, int kv_dim, int hd, int nk) {
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+        __mmask16 mk[4];
+        for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
+        __m512 oe[4], oo[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            oe[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o + d0 + 16 * c), alpha);
+            oo[c] = _mm512_setzero_ps();
+        }
+        int k = 0;
+        for (; k + 2 <= nk; k += 2) {
+            const __m512 pe = _mm512_set1_ps(pk[k]), po = _mm512_set1_ps(pk[k + 1]);
+            const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
+                oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
+            }
+        }
+        if (k < nk) {
+            const __m512 pe = _mm512_set1_ps(pk[k]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
+    }
+}
+
+#define KBLK 64 // keys per online-softmax step
+
+// The online-softmax step of one query (state m, l, o) over the nk ≤ KBLK keys
+// from kc / vc (rows kv_dim apart).
+static inline void query_block(const float *qh, const float *kc, const float *vc, int kv_dim, int hd, int nk,
+                               __m512 scale, float *m, float *l, float *o) {
+    __m512 sv[KBLK / 16], mx = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 4
+    for (int sb = 0; sb < KBLK / 16; sb++) {
+        const int ns = nk - 16 * sb < 0 ? 0 : (nk - 16 * sb > 16 ? 16 : nk - 16 * sb);
+        sv[sb] = ns ? _mm512_mul_ps(score16(qh, kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
+                    : _mm512_set1_ps(-INFINITY);
+        mx = _mm512_max_ps(mx, sv[sb]);
+    }
+    const __m512 m_old = _mm512_set1_ps(*m);
+    const __m512 m_new = _mm512_max_ps(m_old, _mm512_set1_ps(_mm512_reduce_max_ps(mx)));
+    const __m512 alpha = exp16(_mm512_sub_ps(m_old, m_new));
+    __m512 sum = _mm512_setzero_ps();
+    float pk[KBLK];
+#pragma GCC unroll 4
+    for (int sb = 0; sb < KBLK / 16; sb++) {
+        const __m512 p = exp16(_mm512_sub_ps(sv[sb], m_new)); // 0 where the score is −inf
+        sum = _mm512_add_ps(sum, p);
+        _mm512_storeu_ps(pk + 16 * sb, p);
+    }
+    *l = *l * _mm_cvtss_f32(_mm512_castps512_ps128(alpha)) + _mm512_reduce_add_ps(sum);
+    *m = _mm_cvtss_f32(_mm512_castps512_ps128(m_new));
+    pv_update(o, alpha, pk, vc, kv_dim, hd, nk);
+}
+
+// Task: tokens [t0, t0 + TQ), KV head hkv, keys [DSPLIT·piece, DSPLIT·(piece+1))
+// of the positions each token sees. Each block of 64 keys (absolute: block b
+// holds keys 64b..64b+63) goes through every query of the task that sees part of
+// it (the group's heads of each token), each with its own online softmax, so
+// every query's arithmetic is the same whatever its batch. Leaves (max, sum,
+// unnormalized output) per query in the partials.
 static void attention_task(void *arg, int task, int ith) {
     const struct att_job *j = arg;
     const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv;
-    const int t = j->n - 1 - task / j->pieces / j->n_head_kv; // later tokens see more keys: they go first
+    const int n_tb = (j->n + TQ - 1) / TQ;
+    const int t0 = (n_tb - 1 - task / j->pieces / j->n_head_kv) * TQ; // later tokens see more keys: first
+    const int nt = j->n - t0 < TQ ? j->n - t0 : TQ;
     const int G = j->n_head / j->n_head_kv, hd = j->hd, kv_dim = j->n_head_kv * hd;
-    const int k0 = piece * DSPLIT, n_kv = j->pos0 + t + 1;
-    const int k1 = n_kv < k0 + DSPLIT ? n_kv : k0 + DSPLIT; // keys [k0, k1); none when k1 ≤ k0
-    (void)ith;
-    for (int g = 0; g < G; g++) {
-        const int h = hkv * G + g;
-        float *part = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2);
-        float *o = part + 2;
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        const float *qh = j->q + ((size_t)t * j->n_head + h) * hd;
-        __m512 m = _mm512_set1_ps(-INFINITY); // the running max, in every lane
-        float l = 0;
-        for (int kb = k0; kb < k1; kb += 16) {
-            const int nk = k1 - kb < 16 ? k1 - kb : 16;
-            const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
-            const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
-            // scores of the block's keys (lanes past nk: no load, −inf)
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-            for (int d = 0; d < hd; d += 16) {
-                const __mmask16 mk = tail_mask(hd - d);
-                const __m512 qd = _mm512_maskz_loadu_ps(mk, qh + d);
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++)
-                    if (i < nk) acc[i] = _mm512_fmadd_ps(qd, _mm512_maskz_loadu_ps(mk, kc + (size_t)i * kv_dim + d), acc[i]);
-            }
-            const __mmask16 valid = tail_mask(nk);
-            const __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
-                                                 _mm512_mul_ps(hsum16(acc), _mm512_set1_ps(j->scale)));
-            const __m512 m_new = _mm512_max_ps(m, _mm512_set1_ps(_mm512_reduce_max_ps(sv)));
-            const __m512 alpha = exp16(_mm512_sub_ps(m, m_new));
-            const __m512 p = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(sv, m_new)));
-            l = l * _mm_cvtss_f32(_mm512_castps512_ps128(alpha)) + _mm512_reduce_add_ps(p);
-            m = m_new;
-            float pk[16];
-            _mm512_storeu_ps(pk, p);
-            // o = o·alpha + Σ p_k v_k, 64 dimensions at a time, even and odd keys apart
-            for (int d0 = 0; d0 < hd; d0 += 64) {
-                __mmask16 mk[4];
-                for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
-                __m512 oe[4], oo[4];
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) {
-                    oe[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[c], o + d0 + 16 * c), alpha);
-                    oo[c] = _mm512_setzero_ps();
-                }
-                int k = 0;
-                for (; k + 2 <= nk; k += 2) {
-                    const __m512 pe = _mm512_set1_ps(pk[k]), po = _mm512_set1_ps(pk[k + 1]);
-                    const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
-#pragma GCC unroll 4
-                    for (int c = 0; c < 4; c++) {
-                        oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
-                        oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
-                    }
-                }
-                if (k < nk) {
-                    const __m512 pe = _mm512_set1_ps(pk[k]);
-#pragma GCC unroll 4
-                    for (int c = 0; c < 4; c++)
-                        oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
-                }
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
+    const int k0 = piece * DSPLIT;
+    const __m512 scale = _mm512_set1_ps(j->scale);
+    float *ms = j->scratch + (size_t)ith * j->stride, *ls = ms + TQ * G; // per query of the task
+    for (int i = 0; i < nt * G; i++) {
+        const int t = t0 + i / G, h = hkv * G + i % G;
+        memset(j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2), 0,
+               sizeof(float) * ((size_t)hd + 2));
+        ms[i] = -INFINITY, ls[i] = 0;
+    }
+    const int kend = j->pos0 + t0 + nt; // keys the task's last token sees
+    const int k1 = kend < k0 + DSPLIT ? kend : k0 + DSPLIT;
+    for (int kb = k0; kb < k1; kb += KBLK) {
+        const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
+        const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
+        for (int tt = 0; tt < nt; tt++) {
+            const int n_kv = j->pos0 + t0 + tt + 1; // keys token t0 + tt sees
+            if (kb >= n_kv) continue;
+            const int nk = n_kv - kb < KBLK ? n_kv - kb : KBLK;
+            for (int g = 0; g < G; g++) {
+                const int t = t0 + tt, h = hkv * G + g, i = tt * G + g;
+                float *part = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2);
+                query_block(j->q + ((size_t)t * j->n_head + h) * hd, kc, vc, kv_dim, hd, nk, scale, &ms[i], &ls[i],
+                            part + 2);
             }
         }
-        part[0] = _mm_cvtss_f32(_mm512_castps512_ps128(m));
-        part[1] = l;
+    }
+    for (int i = 0; i < nt * G; i++) {
+        float *part = j->partials + (((size_t)(t0 + i / G) * j->n_head + hkv * G + i % G) * j->pieces + piece) *
+                                        ((size_t)hd + 2);
+        part[0] = ms[i], part[1] = ls[i];
     }
 }
 
@@ -149,26 +209,38 @@ static void merge_task(void *arg, int th, int ith) {
     const int hd = j->hd;
     const float *part = j->partials + (size_t)th * j->pieces * ((size_t)hd + 2);
     float M = -INFINITY;
-    for (int p = 0; p < j->pieces; p++) M = fmaxf(M, part[(size_t)p * (hd + 2)]);
-    float *o = j->out + (size_t)th * hd;
-    float l = 0;
-    memset(o, 0, sizeof(float) * (size_t)hd);
+    for (int p = 0; p < j->pieces; p++) {
+        const float mp = part[(size_t)p * (hd + 2)];
+        if (mp > M) M = mp;
+    }
+    float w[64], l = 0; // the weights of the first 64 pieces; later ones are recomputed
     for (int p = 0; p < j->pieces; p++) {
         const float *pp = part + (size_t)p * (hd + 2);
-        if (pp[1] == 0) continue; // a range the token does not reach
-        const float w = expf(pp[0] - M);
-        l += w * pp[1];
-        for (int d = 0; d < hd; d++) o[d] += w * pp[2 + d];
+        const float wp = pp[1] == 0 ? 0.0f : expf(pp[0] - M); // 0: a range the token does not reach
+        if (p < 64) w[p] = wp;
+        l += wp * pp[1];
     }
-    const float inv = 1.0f / l;
-    for (int d = 0; d < hd; d++) o[d] *= inv;
+    float *o = j->out + (size_t)th * hd;
+    const __m512 inv = _mm512_set1_ps(1.0f / l);
+    for (int d = 0; d < hd; d += 16) {
+        const __mmask16 mk = tail_mask(hd - d);
+        __m512 acc = _mm512_setzero_ps();
+        for (int p = 0; p < j->pieces; p++) {
+            const float *pp = part + (size_t)p * (hd + 2);
+            const float wp = p < 64 ? w[p] : (pp[1] == 0 ? 0.0f : expf(pp[0] - M));
+            if (wp != 0) acc = _mm512_fmadd_ps(_mm512_set1_ps(wp), _mm512_maskz_loadu_ps(mk, pp + 2 + d), acc);
+        }
+        _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(acc, inv));
+    }
 }
 
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
                       float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim, float *scratch) {
     struct att_job j = {q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim,
-                        1.0f / sqrtf((float)head_dim), scratch, n_pieces(n, pos0)};
-    threadpool_run_chunks(tp, attention_task, &j, n * n_head_kv * j.pieces);
+                        1.0f / sqrtf((float)head_dim), scratch, n_pieces(n, pos0), NULL,
+                        per_thread(n_head, n_head_kv)};
+    j.scratch = scratch + (size_t)n * n_head * (size_t)j.pieces * ((size_t)head_dim + 2);
+    threadpool_run_chunks(tp, attention_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
     if (n * n_head >= 64) threadpool_run_chunks(tp, merge_task, &j, n * n_head);
     else for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
 }
