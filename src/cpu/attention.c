@@ -128,32 +128,42 @@ static inline void pv_update(float *o, __m512 alpha, const float *pk, const floa
 
 #define KBLK 64 // keys per online-softmax step
 
-// The online-softmax step of one query (state m, l, o) over the nk ≤ KBLK keys
-// from kc / vc (rows kv_dim apart).
-static inline void query_block(const float *qh, const float *kc, const float *vc, int kv_dim, int hd, int nk,
-                               __m512 scale, float *m, float *l, float *o) {
-    __m512 sv[KBLK / 16], mx = _mm512_set1_ps(-INFINITY);
+#define QG 4 // queries stepped together (their dependency chains interleave)
+
+// The online-softmax step of nq ≤ QG queries qh[i] (state m[i], l[i], o[i]) over
+// the nk ≤ KBLK keys from kc / vc (rows kv_dim apart): all scores first, then all
+// softmax updates, then the value sums, so one query's long chain of dependent
+// steps overlaps another's. Each query's arithmetic is its own.
+static inline void queries_block(int nq, const float *const *qh, const float *kc, const float *vc, int kv_dim,
+                                 int hd, int nk, __m512 scale, float *m, float *l, float *const *o) {
+    float sc[QG][KBLK], pk[QG][KBLK];
+    __m512 alpha[QG];
+    for (int i = 0; i < nq; i++)
 #pragma GCC unroll 4
-    for (int sb = 0; sb < KBLK / 16; sb++) {
-        const int ns = nk - 16 * sb < 0 ? 0 : (nk - 16 * sb > 16 ? 16 : nk - 16 * sb);
-        sv[sb] = ns ? _mm512_mul_ps(score16(qh, kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
-                    : _mm512_set1_ps(-INFINITY);
-        mx = _mm512_max_ps(mx, sv[sb]);
-    }
-    const __m512 m_old = _mm512_set1_ps(*m);
-    const __m512 m_new = _mm512_max_ps(m_old, _mm512_set1_ps(_mm512_reduce_max_ps(mx)));
-    const __m512 alpha = exp16(_mm512_sub_ps(m_old, m_new));
-    __m512 sum = _mm512_setzero_ps();
-    float pk[KBLK];
+        for (int sb = 0; sb < KBLK / 16; sb++) {
+            const int ns = nk - 16 * sb < 0 ? 0 : (nk - 16 * sb > 16 ? 16 : nk - 16 * sb);
+            const __m512 sv = ns ? _mm512_mul_ps(score16(qh[i], kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
+                                 : _mm512_set1_ps(-INFINITY);
+            _mm512_storeu_ps(sc[i] + 16 * sb, sv);
+        }
+    for (int i = 0; i < nq; i++) {
+        __m512 mx = _mm512_loadu_ps(sc[i]);
+#pragma GCC unroll 3
+        for (int sb = 1; sb < KBLK / 16; sb++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc[i] + 16 * sb));
+        const __m512 m_old = _mm512_set1_ps(m[i]);
+        const __m512 m_new = _mm512_max_ps(m_old, _mm512_set1_ps(_mm512_reduce_max_ps(mx)));
+        alpha[i] = exp16(_mm512_sub_ps(m_old, m_new));
+        __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int sb = 0; sb < KBLK / 16; sb++) {
-        const __m512 p = exp16(_mm512_sub_ps(sv[sb], m_new)); // 0 where the score is −inf
-        sum = _mm512_add_ps(sum, p);
-        _mm512_storeu_ps(pk + 16 * sb, p);
+        for (int sb = 0; sb < KBLK / 16; sb++) {
+            const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc[i] + 16 * sb), m_new)); // 0 at −inf
+            sum = _mm512_add_ps(sum, p);
+            _mm512_storeu_ps(pk[i] + 16 * sb, p);
+        }
+        l[i] = l[i] * _mm_cvtss_f32(_mm512_castps512_ps128(alpha[i])) + _mm512_reduce_add_ps(sum);
+        m[i] = _mm_cvtss_f32(_mm512_castps512_ps128(m_new));
     }
-    *l = *l * _mm_cvtss_f32(_mm512_castps512_ps128(alpha)) + _mm512_reduce_add_ps(sum);
-    *m = _mm_cvtss_f32(_mm512_castps512_ps128(m_new));
-    pv_update(o, alpha, pk, vc, kv_dim, hd, nk);
+    for (int i = 0; i < nq; i++) pv_update(o[i], alpha[i], pk[i], vc, kv_dim, hd, nk);
 }
 
 // Task: tokens [t0, t0 + TQ), KV head hkv, keys [DSPLIT·piece, DSPLIT·(piece+1))
@@ -183,16 +193,30 @@ static void attention_task(void *arg, int task, int ith) {
     for (int kb = k0; kb < k1; kb += KBLK) {
         const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
         const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
+        // the queries (token, head) that see part of this block, QG at a time
+        const float *qs[QG];
+        float *os[QG], mq[QG], lq[QG];
+        int idx[QG], nq = 0, nk_q = 0;
         for (int tt = 0; tt < nt; tt++) {
             const int n_kv = j->pos0 + t0 + tt + 1; // keys token t0 + tt sees
             if (kb >= n_kv) continue;
             const int nk = n_kv - kb < KBLK ? n_kv - kb : KBLK;
             for (int g = 0; g < G; g++) {
+                if (nq == QG || (nq && nk != nk_q)) { // a full set, or queries that see other keys
+                    queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
+                    for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
+                    nq = 0;
+                }
                 const int t = t0 + tt, h = hkv * G + g, i = tt * G + g;
-                float *part = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2);
-                query_block(j->q + ((size_t)t * j->n_head + h) * hd, kc, vc, kv_dim, hd, nk, scale, &ms[i], &ls[i],
-                            part + 2);
+                qs[nq] = j->q + ((size_t)t * j->n_head + h) * hd;
+                os[nq] = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2) + 2;
+                mq[nq] = ms[i], lq[nq] = ls[i], idx[nq] = i;
+                nq++, nk_q = nk;
             }
+        }
+        if (nq) {
+            queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
+            for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
         }
     }
     for (int i = 0; i < nt * G; i++) {
