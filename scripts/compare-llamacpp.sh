@@ -17,6 +17,10 @@
 #     --threads "1 2"     thread counts (default: 1 and every core this process may use)
 #     --models "real q4_0 q4_k_m"   which models (default: all three)
 #     -p N, -n N, -r N    prompt tokens, generated tokens, repetitions (512, 128, 3)
+#     --rounds N          run the whole alternation N times and keep, per engine and
+#                         figure, the round with the best mean (default 1): on a
+#                         machine shared with other work the best round is the one
+#                         least disturbed
 #     --bench PATH        also run another llama-bench-compatible binary (e.g. a fork
 #                         of llama.cpp), as a third column
 #     --busy              run everything a second time with a process spinning on
@@ -26,7 +30,11 @@
 #     --llama-version V   llama-cpp-python sdist version (default: the installed one, else 0.3.36)
 #
 # Environment: STRATA (default build/strata), MODEL (the real model,
-# default models/SmolLM2-135M-Instruct.Q4_1.gguf).
+# default models/SmolLM2-135M-Instruct.Q4_1.gguf), LLAMA_CC / LLAMA_CXX (the
+# compilers for llama.cpp; default clang and clang++ when present, else cc and
+# c++: Debian 12's gcc 12 miscompiles llama.cpp's AMX tile set-up, because its
+# _tile_loadconfig declares a one-byte read and the configuration's other stores
+# are dropped, and the AMX path then crashes on CPUs that have AMX).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +48,7 @@ MODELS="real q4_0 q4_k_m"
 P=512 N=128 R=3
 OTHER=""
 BUSY=0
+ROUNDS=1
 VER=""
 
 while [ $# -gt 0 ]; do
@@ -51,6 +60,7 @@ while [ $# -gt 0 ]; do
     -r) R=$2; shift 2 ;;
     --bench) OTHER=$2; shift 2 ;;
     --busy) BUSY=1; shift ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --llama-version) VER=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0 ;;
@@ -66,7 +76,13 @@ fi
 
 # --- llama.cpp's llama-bench, built once ----------------------------------------------
 SRC=$CACHE/llama_cpp_python-$VER
-LLAMA_BENCH=$SRC/build-cpu/bin/llama-bench
+if command -v clang >/dev/null 2>&1 && command -v clang++ >/dev/null 2>&1; then
+    LLAMA_CC=${LLAMA_CC:-clang} LLAMA_CXX=${LLAMA_CXX:-clang++}
+else
+    LLAMA_CC=${LLAMA_CC:-cc} LLAMA_CXX=${LLAMA_CXX:-c++}
+fi
+BUILD_DIR=$SRC/build-cpu-$(basename "$LLAMA_CC")
+LLAMA_BENCH=$BUILD_DIR/bin/llama-bench
 build_llamacpp() {
     [ -x "$LLAMA_BENCH" ] && return
     mkdir -p "$CACHE"
@@ -75,11 +91,12 @@ build_llamacpp() {
         python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$CACHE" >&2
         tar -xzf "$CACHE/llama_cpp_python-$VER.tar.gz" -C "$CACHE"
     fi
-    echo "== building llama-bench (CPU, GGML_NATIVE) in $SRC/build-cpu; once"
-    cmake -S "$SRC/vendor/llama.cpp" -B "$SRC/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    echo "== building llama-bench (CPU, GGML_NATIVE, $LLAMA_CC) in $BUILD_DIR; once"
+    cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DCMAKE_C_COMPILER="$LLAMA_CC" -DCMAKE_CXX_COMPILER="$LLAMA_CXX" \
         -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-cpu.log" 2>&1
-    cmake --build "$SRC/build-cpu" --target llama-bench -j 2 >"$CACHE/build-cpu.log" 2>&1 ||
+    cmake --build "$BUILD_DIR" --target llama-bench -j 2 >"$CACHE/build-cpu.log" 2>&1 ||
         { tail -20 "$CACHE/build-cpu.log" >&2; exit 1; }
 }
 build_llamacpp
@@ -148,43 +165,58 @@ trap busy_stop EXIT
 RESULTS=$(mktemp)
 conditions="idle"
 [ "$BUSY" = 1 ] && conditions="idle busy"
-for cond in $conditions; do
-    [ "$cond" = busy ] && busy_start
-    for m in $MODELS; do
-        f=$(model_path "$m")
-        for t in $THREADS; do
-            echo "== $cond $m -t $t" >&2
-            l=$(run_llama "$LLAMA_BENCH" "$f" "$t")
-            s=$(run_strata "$f" "$t")
-            o="- - - -"
-            [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
-            echo "$cond $m $t $l $s $o" >>"$RESULTS"
+for round in $(seq "$ROUNDS"); do
+    for cond in $conditions; do
+        [ "$cond" = busy ] && busy_start
+        for m in $MODELS; do
+            f=$(model_path "$m")
+            for t in $THREADS; do
+                echo "== round $round: $cond $m -t $t" >&2
+                l=$(run_llama "$LLAMA_BENCH" "$f" "$t")
+                s=$(run_strata "$f" "$t")
+                o="0 0 0 0"
+                [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
+                echo "$cond $m $t $l $s $o" | tee -a "$RESULTS" >&2
+            done
         done
+        [ "$cond" = busy ] && busy_stop
     done
-    [ "$cond" = busy ] && busy_stop
 done
 
 # --- the table ------------------------------------------------------------------------
 echo
 echo "strata $(git rev-parse --short HEAD 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
     "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "pp$P / tg$N tok/s, mean ± sd of $R; ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
+echo "pp$P / tg$N tok/s, mean ± sd of $R (best of $ROUNDS rounds); ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
 if [ "$BUSY" = 1 ]; then echo "busy rows: a shell loop spins on CPU $BUSY_CPU meanwhile"; fi
 python3 - "$RESULTS" "$P" "$N" "${OTHER:+1}" <<'EOF'
 import sys
-rows = [l.split() for l in open(sys.argv[1])]
-P, N, other = sys.argv[2], sys.argv[3], sys.argv[4] == "1" if len(sys.argv) > 4 else False
+P, N = sys.argv[2], sys.argv[3]
+other = len(sys.argv) > 4 and sys.argv[4] == "1"
+best = {}  # (cond, model, t) -> per engine and figure the (mean, sd) of the best round
+order = []
+for line in open(sys.argv[1]):
+    r = line.split()
+    key = tuple(r[:3])
+    if key not in best:
+        best[key] = [None] * 6
+        order.append(key)
+    v = [float(x) for x in r[3:15]]
+    for k in range(6):  # llama pp, llama tg, strata pp, strata tg, other pp, other tg
+        m, sd = v[2 * k], v[2 * k + 1]
+        if best[key][k] is None or m > best[key][k][0]:
+            best[key][k] = (m, sd)
 hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"llama.cpp tg{N}", f"strata tg{N}", "ratio"]
-if other: hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o"]
+if other:
+    hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o"]
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
-f = lambda m, s: f"{float(m):.1f} ± {float(s):.1f}"
-for r in rows:
-    cond, model, t = r[:3]
-    lp, lps, lt, lts, sp, sps, st, sts, op, ops, ot, ots = r[3:15]
-    cells = [cond, model, t, f(lp, lps), f(sp, sps), f"{float(sp)/float(lp):.2f}", f(lt, lts), f(st, sts), f"{float(st)/float(lt):.2f}"]
+f = lambda x: f"{x[0]:.1f} ± {x[1]:.1f}"
+for key in order:
+    lp, lt, sp, st, op, ot = best[key]
+    cells = list(key) + [f(lp), f(sp), f"{sp[0]/lp[0]:.2f}", f(lt), f(st), f"{st[0]/lt[0]:.2f}"]
     if other:
-        cells += [f(op, ops), f"{float(sp)/float(op):.2f}", f(ot, ots), f"{float(st)/float(ot):.2f}"]
+        cells += [f(op), f"{sp[0]/op[0]:.2f}", f(ot), f"{st[0]/ot[0]:.2f}"]
     print("| " + " | ".join(cells) + " |")
 EOF
 rm -f "$RESULTS"
