@@ -65,6 +65,16 @@ INLINE __m512i dot_words(const __m512i v[8], const int8_t *q, int j0, int j1, __
     return acc;
 }
 
+// Single tokens stream the weights from memory: each block asks for the bytes
+// PF_AHEAD further on (the rest of the group, then the next one), which keeps
+// loads in flight across the page boundaries where the hardware prefetcher stops.
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048
+#endif
+INLINE void prefetch_ahead(const void *p, int lines) {
+    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)p + PF_AHEAD + 64 * i, _MM_HINT_T0);
+}
+
 // Rows of group g that exist, as a store mask.
 INLINE __mmask16 row_mask(const struct gemm_weight *w, int64_t g) {
     const int64_t left = w->rows - g * GEMM_R;
@@ -90,6 +100,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
         __m512i v[8];
         __m512 dv, mv;
         if (gt == GEMM_Q4_0 || gt == GEMM_Q4_1) {
+            if (T == 1) prefetch_ahead(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), 4);
             unpack_q4(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), v);
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
@@ -101,6 +112,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             }
         } else if (gt == GEMM_Q8_0) {
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
+            if (T == 1) prefetch_ahead(qs, 8);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_si512((const void *)(qs + 64 * j));
             dv = load_f16((const uint16_t *)gp + b * GEMM_R);
@@ -112,6 +124,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
                 d16 = load_f16(s->d);
                 dmin16 = load_f16(s->dmin);
             }
+            if (T == 1) prefetch_ahead(&s->qs[j][0][0][0], 4 + (j == 0) * 5); // sub-block 0: the scales too
             unpack_q4(&s->qs[j][0][0][0], v);
             const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
             const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
@@ -148,6 +161,7 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
         const struct gemm_q6_K *s = s0 + b / 8;
         const int bb = (int)(b % 8);
         __m512i v[8];
+        if (T == 1) prefetch_ahead(&s->ql[bb][0][0][0], 6 + (bb == 0) * 5);
         unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], v);
         const __m512 d = _mm512_loadu_ps(s->d);
         const __m512 ds0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb]))));
