@@ -9,14 +9,17 @@
 #include "util.h"
 
 
-#define DSPLIT 256 // keys per task: ranges are absolute, so a token's arithmetic never depends on the batch
+#define DSPLIT 128 // keys per task: ranges are absolute, so a token's arithmetic never depends on the batch
 
 static int n_pieces(int n, int pos0) { return (pos0 + n + DSPLIT - 1) / DSPLIT; }
 
 #define TQ 4 // tokens per task: they share each block of keys and values in L1
 
 // Per thread: the running max and sum of a task's queries.
-static size_t per_thread(int n_head, int n_head_kv) { return (size_t)2 * TQ * (size_t)(n_head / n_head_kv) + 16; }
+static size_t per_thread(int n_head, int n_head_kv) {
+    (void)n_head_kv;
+    return (size_t)2 * TQ * (size_t)n_head + 16;
+}
 
 size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int n_head_kv, int head_dim) {
     return (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2) +
@@ -166,64 +169,86 @@ static inline void queries_block(int nq, const float *const *qh, const float *kc
     for (int i = 0; i < nq; i++) pv_update(o[i], alpha[i], pk[i], vc, kv_dim, hd, nk);
 }
 
-// Task: tokens [t0, t0 + TQ), KV head hkv, keys [DSPLIT·piece, DSPLIT·(piece+1))
-// of the positions each token sees. Each block of 64 keys (absolute: block b
-// holds keys 64b..64b+63) goes through every query of the task that sees part of
-// it (the group's heads of each token), each with its own online softmax, so
-// every query's arithmetic is the same whatever its batch. Leaves (max, sum,
-// unnormalized output) per query in the partials.
-static void attention_task(void *arg, int task, int ith) {
-    const struct att_job *j = arg;
-    const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv;
-    const int n_tb = (j->n + TQ - 1) / TQ;
-    const int t0 = (n_tb - 1 - task / j->pieces / j->n_head_kv) * TQ; // later tokens see more keys: first
-    const int nt = j->n - t0 < TQ ? j->n - t0 : TQ;
+// Tokens [t0, t0 + nt), KV heads [hkv0, hkv1), keys [DSPLIT·piece,
+// DSPLIT·(piece+1)) of the positions each token sees. Each block of 64 keys
+// (absolute: block b holds keys 64b..64b+63) goes through every query (token,
+// head) that sees part of it, each with its own online softmax, so every query's
+// arithmetic is the same whatever its batch and whichever task computes it.
+// Leaves (max, sum, unnormalized output) per query in the partials.
+static void attend(const struct att_job *j, int t0, int nt, int hkv0, int hkv1, int piece, int ith) {
     const int G = j->n_head / j->n_head_kv, hd = j->hd, kv_dim = j->n_head_kv * hd;
+    const int nh = (hkv1 - hkv0) * G; // query heads of the task
     const int k0 = piece * DSPLIT;
     const __m512 scale = _mm512_set1_ps(j->scale);
-    float *ms = j->scratch + (size_t)ith * j->stride, *ls = ms + TQ * G; // per query of the task
-    for (int i = 0; i < nt * G; i++) {
-        const int t = t0 + i / G, h = hkv * G + i % G;
-        memset(j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2), 0,
-               sizeof(float) * ((size_t)hd + 2));
+    float *ms = j->scratch + (size_t)ith * j->stride, *ls = ms + TQ * j->n_head; // per query of the task
+#define PART(t, h) (j->partials + (((size_t)(t) * j->n_head + (h)) * j->pieces + piece) * ((size_t)hd + 2))
+    for (int i = 0; i < nt * nh; i++) {
+        memset(PART(t0 + i / nh, hkv0 * G + i % nh), 0, sizeof(float) * ((size_t)hd + 2));
         ms[i] = -INFINITY, ls[i] = 0;
     }
     const int kend = j->pos0 + t0 + nt; // keys the task's last token sees
     const int k1 = kend < k0 + DSPLIT ? kend : k0 + DSPLIT;
     for (int kb = k0; kb < k1; kb += KBLK) {
-        const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
-        const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
-        // the queries (token, head) that see part of this block, QG at a time
-        const float *qs[QG];
-        float *os[QG], mq[QG], lq[QG];
-        int idx[QG], nq = 0, nk_q = 0;
-        for (int tt = 0; tt < nt; tt++) {
-            const int n_kv = j->pos0 + t0 + tt + 1; // keys token t0 + tt sees
-            if (kb >= n_kv) continue;
-            const int nk = n_kv - kb < KBLK ? n_kv - kb : KBLK;
-            for (int g = 0; g < G; g++) {
-                if (nq == QG || (nq && nk != nk_q)) { // a full set, or queries that see other keys
-                    queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
-                    for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
-                    nq = 0;
+        if (j->n < TQ) // a few queries stream the cache: ask for the next block's rows early
+            for (int r = KBLK; r < 2 * KBLK && kb + r < k1; r++)
+                for (int d = hkv0 * hd; d < hkv1 * hd; d += 16) {
+                    _mm_prefetch((const char *)(j->k + (size_t)(kb + r) * kv_dim + d), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(j->v + (size_t)(kb + r) * kv_dim + d), _MM_HINT_T0);
                 }
-                const int t = t0 + tt, h = hkv * G + g, i = tt * G + g;
-                qs[nq] = j->q + ((size_t)t * j->n_head + h) * hd;
-                os[nq] = j->partials + (((size_t)t * j->n_head + h) * j->pieces + piece) * ((size_t)hd + 2) + 2;
-                mq[nq] = ms[i], lq[nq] = ls[i], idx[nq] = i;
-                nq++, nk_q = nk;
+        for (int hkv = hkv0; hkv < hkv1; hkv++) {
+            const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
+            const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
+            // the queries (token, head of this KV head) that see part of this block, QG at a time
+            const float *qs[QG];
+            float *os[QG], mq[QG], lq[QG];
+            int idx[QG], nq = 0, nk_q = 0;
+            for (int tt = 0; tt < nt; tt++) {
+                const int n_kv = j->pos0 + t0 + tt + 1; // keys token t0 + tt sees
+                if (kb >= n_kv) continue;
+                const int nk = n_kv - kb < KBLK ? n_kv - kb : KBLK;
+                for (int g = 0; g < G; g++) {
+                    if (nq == QG || (nq && nk != nk_q)) { // a full set, or queries that see other keys
+                        queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
+                        for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
+                        nq = 0;
+                    }
+                    const int t = t0 + tt, h = hkv * G + g;
+                    const int i = tt * nh + (hkv - hkv0) * G + g;
+                    qs[nq] = j->q + ((size_t)t * j->n_head + h) * hd;
+                    os[nq] = PART(t, h) + 2;
+                    mq[nq] = ms[i], lq[nq] = ls[i], idx[nq] = i;
+                    nq++, nk_q = nk;
+                }
+            }
+            if (nq) {
+                queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
+                for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
             }
         }
-        if (nq) {
-            queries_block(nq, qs, kc, vc, kv_dim, hd, nk_q, scale, mq, lq, os);
-            for (int i = 0; i < nq; i++) ms[idx[i]] = mq[i], ls[idx[i]] = lq[i];
-        }
     }
-    for (int i = 0; i < nt * G; i++) {
-        float *part = j->partials + (((size_t)(t0 + i / G) * j->n_head + hkv * G + i % G) * j->pieces + piece) *
-                                        ((size_t)hd + 2);
+    for (int i = 0; i < nt * nh; i++) {
+        float *part = PART(t0 + i / nh, hkv0 * G + i % nh);
         part[0] = ms[i], part[1] = ls[i];
     }
+#undef PART
+}
+
+// Prompts: a task is TQ tokens, one KV head, one key range (later tokens see
+// more keys: their tasks come first, so the long ones start early).
+static void prompt_task(void *arg, int task, int ith) {
+    const struct att_job *j = arg;
+    const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv;
+    const int n_tb = (j->n + TQ - 1) / TQ;
+    const int t0 = (n_tb - 1 - task / j->pieces / j->n_head_kv) * TQ;
+    attend(j, t0, j->n - t0 < TQ ? j->n - t0 : TQ, hkv, hkv + 1, piece, ith);
+}
+
+// A few tokens: a task is one token, every KV head, one key range, so the cache
+// rows are read whole (a KV head's slice of a row is a third of it or less, and
+// the prefetchers fetch the rest anyway).
+static void few_task(void *arg, int task, int ith) {
+    const struct att_job *j = arg;
+    attend(j, task / j->pieces, 1, 0, j->n_head_kv, task % j->pieces, ith);
 }
 
 // out = Σ pieces e^(m_i − M)·out_i / Σ e^(m_i − M)·l_i for each (token, head).
@@ -264,7 +289,8 @@ void attention_avx512(struct threadpool *tp, const float *q, const float *k_cach
                         1.0f / sqrtf((float)head_dim), scratch, n_pieces(n, pos0), NULL,
                         per_thread(n_head, n_head_kv)};
     j.scratch = scratch + (size_t)n * n_head * (size_t)j.pieces * ((size_t)head_dim + 2);
-    threadpool_run_chunks(tp, attention_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
+    if (n < TQ) threadpool_run_chunks(tp, few_task, &j, n * j.pieces);
+    else threadpool_run_chunks(tp, prompt_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
     if (n * n_head >= 64) threadpool_run_chunks(tp, merge_task, &j, n * n_head);
     else for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
 }

@@ -16,7 +16,7 @@ size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int 
 // head_dim) at positions pos0.. against cache rows 0 .. pos0+n-1 (no row past
 // them is read). Flash-attention style: each query walks its keys in blocks of
 // 64 (scores 16 at a time, reduced together, then an online softmax and the
-// value sums, all in AVX-512), in ranges of 256 keys that run as separate tasks and
+// value sums, all in AVX-512), in ranges of 128 keys that run as separate tasks and
 // are merged at the end. Blocks and ranges are absolute positions, so a query's
 // arithmetic, and its result to the bit, is the same whatever batch it comes in.
 // scratch: attention_scratch_floats(threadpool_size(tp), ...) floats. Only call
