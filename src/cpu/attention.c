@@ -159,7 +159,9 @@ static inline void queries_block(int nq, const float *const *qh, const float *kc
         __m512 sum = _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int sb = 0; sb < KBLK / 16; sb++) {
-            const __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc[i] + 16 * sb), m_new)); // 0 at −inf
+            const __m512 sv = _mm512_loadu_ps(sc[i] + 16 * sb);
+            const __mmask16 seen = _mm512_cmp_ps_mask(sv, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+            const __m512 p = _mm512_maskz_mov_ps(seen, exp16(_mm512_sub_ps(sv, m_new))); // 0 at −inf
             sum = _mm512_add_ps(sum, p);
             _mm512_storeu_ps(pk[i] + 16 * sb, p);
         }

@@ -6,11 +6,13 @@
 #include <immintrin.h>
 
 // e^x for 16 lanes, within 2 ulp: x = n·ln2 + r (|r| ≤ ln2/2), e^r by Cephes'
-// degree-7 polynomial, times 2^n by scalef. x below −104 gives 0 (e^−104 is
-// below the smallest float), so a lane at −inf contributes nothing; above 88.7,
-// the largest float's neighbourhood (no inf).
+// degree-7 polynomial, times 2^n by scalef. x is clamped to [−87.3, 88.7], so
+// the result is always a normal float: below e^−87.3 ≈ 1.2e−38 it stays there
+// (a subnormal result would cost every later multiply a microcode assist, some
+// hundred cycles), above 88.7 it stays below the largest float (no inf). Lanes
+// that must give exactly 0 (masked keys) are zeroed by the caller.
 static inline __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-87.3f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
