@@ -10,8 +10,10 @@
 # each engine's pp and tg tok/s (mean ± sd) and Strata / llama.cpp.
 #
 # Note: llama-bench's tgN starts from an empty context, Strata's follows its ppN
-# prompt (attention over P..P+N positions): the comparison is tilted toward
-# llama.cpp.
+# prompt (attention over P..P+N positions), which tilts that ratio toward
+# llama.cpp; so Strata's generation is also timed from an empty context
+# (`strata bench -p 0 -n N`), in the column "strata tgN@0", and compared like
+# for like.
 #
 #   scripts/compare-llamacpp.sh [options]
 #     --threads "1 2"     thread counts (default: 1 and every core this process may use)
@@ -150,6 +152,14 @@ for line in sys.stdin:
 print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1])'
 }
 
+run_strata_tg0() { # MODEL THREADS: "tg_mean tg_sd" from an empty context
+    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" -t "$2" 2>/dev/null | python3 -c '
+import re, sys
+for line in sys.stdin:
+    m = re.match(r"tg\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)
+    if m: print(m.group(1), m.group(2))'
+}
+
 busy_pid=""
 BUSY_CPU=""
 busy_start() {
@@ -174,9 +184,10 @@ for round in $(seq "$ROUNDS"); do
                 echo "== round $round: $cond $m -t $t" >&2
                 l=$(run_llama "$LLAMA_BENCH" "$f" "$t")
                 s=$(run_strata "$f" "$t")
+                z=$(run_strata_tg0 "$f" "$t")
                 o="0 0 0 0"
                 [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
-                echo "$cond $m $t $l $s $o" | tee -a "$RESULTS" >&2
+                echo "$cond $m $t $l $s $o $z" | tee -a "$RESULTS" >&2
             done
         done
         [ "$cond" = busy ] && busy_stop
@@ -199,24 +210,25 @@ for line in open(sys.argv[1]):
     r = line.split()
     key = tuple(r[:3])
     if key not in best:
-        best[key] = [None] * 6
+        best[key] = [None] * 7
         order.append(key)
-    v = [float(x) for x in r[3:15]]
-    for k in range(6):  # llama pp, llama tg, strata pp, strata tg, other pp, other tg
+    v = [float(x) for x in r[3:17]]
+    for k in range(7):  # llama pp, tg; strata pp, tg; other pp, tg; strata tg from empty context
         m, sd = v[2 * k], v[2 * k + 1]
         if best[key][k] is None or m > best[key][k][0]:
             best[key][k] = (m, sd)
-hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"llama.cpp tg{N}", f"strata tg{N}", "ratio"]
+hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"llama.cpp tg{N}", f"strata tg{N}", "ratio",
+       f"strata tg{N}@0", "ratio@0"]
 if other:
-    hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o"]
+    hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o", "S@0/o"]
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
 f = lambda x: f"{x[0]:.1f} ± {x[1]:.1f}"
 for key in order:
-    lp, lt, sp, st, op, ot = best[key]
-    cells = list(key) + [f(lp), f(sp), f"{sp[0]/lp[0]:.2f}", f(lt), f(st), f"{st[0]/lt[0]:.2f}"]
+    lp, lt, sp, st, op, ot, sz = best[key]
+    cells = list(key) + [f(lp), f(sp), f"{sp[0]/lp[0]:.2f}", f(lt), f(st), f"{st[0]/lt[0]:.2f}", f(sz), f"{sz[0]/lt[0]:.2f}"]
     if other:
-        cells += [f(op), f"{sp[0]/op[0]:.2f}", f(ot), f"{st[0]/ot[0]:.2f}"]
+        cells += [f(op), f"{sp[0]/op[0]:.2f}", f(ot), f"{st[0]/ot[0]:.2f}", f"{sz[0]/ot[0]:.2f}"]
     print("| " + " | ".join(cells) + " |")
 EOF
 rm -f "$RESULTS"
