@@ -115,7 +115,7 @@ struct backend {
 // The plain reference backend: scalar C, double accumulation, one thread. The oracle.
 struct backend *backend_cpu_ref_init(void);
 // The fast CPU backend: activations quantized to 8-bit blocks for integer dot
-// products, rows split across n_threads (≤ 0: every core).
+// products, rows split across n_threads (≤ 0: every core this process may run on).
 struct backend *backend_cpu_init(int n_threads);
 
 // --- the registry (backend.c) -----------------------------------------------------

@@ -159,6 +159,18 @@ static void test_shapes_and_types(void) {
     k.n_embd = 256, k.n_ff = 512, k.n_head = 8, k.n_head_kv = 8, k.n_vocab = 777;
     k.type = GGML_TYPE_IQ4_XS;
     check_backends_agree(&k, "iq4_xs_mha", 1e-3);
+    // the repacked K-quant kernels: Q4_K, Q6_K, and llama.cpp's Q4_K_M mix of both
+    // (synth's own quantizers), tied and untied
+    k.type = k.embd_type = GGML_TYPE_Q4_K;
+    check_backends_agree(&k, "q4_k_mha", 1e-3);
+    k.type = k.embd_type = GGML_TYPE_Q6_K;
+    check_backends_agree(&k, "q6_k_mha", 1e-3);
+    k.type = k.embd_type = GGML_TYPE_Q4_K;
+    k.more_bits_type = GGML_TYPE_Q6_K;
+    k.n_layer = 9, k.n_head_kv = 2;
+    check_backends_agree(&k, "q4_k_m_gqa", 1e-3);
+    k.tied = 0;
+    check_backends_agree(&k, "q4_k_m_untied", 1e-3);
 }
 
 int main(void) {

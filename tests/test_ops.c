@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu/gemm.h"
 #include "format/quant.h"
 #include "text/sampler.h"
 #include "util.h"
@@ -202,6 +203,8 @@ static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
 static int act_block(const struct be_entry *e, enum ggml_type t) {
     if (is_float_type(t)) return 0;
     if (e->gpu) return 32;
+    enum gemm_type gt;
+    if (gemm_type_of(t, &gt)) return GEMM_QK; // the repacked kernels' activation blocks
     const enum ggml_type vt = quant_get(t)->vec_dot_type;
     return (int)quant_get(vt)->block_size;
 }

@@ -2,9 +2,13 @@
 // speed, llama-bench style: mean ± standard deviation over repetitions, with
 // the weight-streaming bandwidth generation achieves.
 #include <math.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
@@ -21,6 +25,8 @@ static const char bench_help[] =
     "  -p, --n-prompt N       prompt tokens (default: 512; 0 skips)\n"
     "  -n, --n-gen N          generated tokens (default: 128; 0 skips)\n"
     "  -r, --repetitions N    repetitions after one warm-up (default: 3)\n"
+    "      --busy             then measure again with a competing process spinning on\n"
+    "                         one core (the last this process may use), and print both\n"
     "  -h, --help             this help\n"
     "\n"
     "Model options:\n";
@@ -33,10 +39,72 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+// Runs the warm-up and reps repetitions; pp[r], tg[r] get tokens/s. Returns 0 or -1.
+static int measure(struct context *c, const int32_t *toks, long long n_prompt, long long n_gen,
+                   long long reps, float *logits, double *pp, double *tg) {
+    int status = 0;
+    for (long long r = -1; r < reps && !status; r++) { // r = -1: warm-up
+        if (n_prompt > 0) {
+            double t0 = st_time_s();
+            status = context_forward(c, toks, (int)n_prompt, 0, logits, false);
+            if (r >= 0) pp[r] = (double)n_prompt / (st_time_s() - t0);
+        }
+        if (n_gen > 0 && !status) {
+            double t0 = st_time_s();
+            for (long long i = 0; i < n_gen && !status; i++)
+                status = context_forward(c, &toks[n_prompt + i], 1, (int)(n_prompt + i), logits,
+                                         false);
+            if (r >= 0) tg[r] = (double)n_gen / (st_time_s() - t0);
+        }
+    }
+    return status;
+}
+
+static void report(const char *tag, const struct model *m, long long n_prompt, long long n_gen,
+                   const double *pp, const double *tg, long long reps) {
+    double mean, sd;
+    if (n_prompt > 0) {
+        stats(pp, (int)reps, &mean, &sd);
+        printf("pp%-5lld %10.1f ± %.1f tok/s%s\n", n_prompt, mean, sd, tag);
+    }
+    if (n_gen > 0) {
+        stats(tg, (int)reps, &mean, &sd);
+        printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/tok, weights streamed at %.1f GB/s)%s\n",
+               n_gen, mean, sd, 1e3 / mean, mean * m->weight_bytes / 1e9, tag);
+    }
+}
+
+// A child process that spins on the last CPU this process may run on; *cpu
+// gets that CPU. Returns its pid, or -1 with a message.
+static pid_t busy_start(int *cpu) {
+    cpu_set_t set;
+    *cpu = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int i = 0; i < CPU_SETSIZE; i++)
+            if (CPU_ISSET(i, &set)) *cpu = i;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid < 0) return st_fail("--busy: cannot start the competing process");
+    if (pid == 0) { // only async-signal-safe calls here: the parent has threads
+        CPU_ZERO(&set);
+        CPU_SET(*cpu, &set);
+        sched_setaffinity(0, sizeof set, &set);
+        for (volatile unsigned long i = 0;; i++) {
+        }
+    }
+    return pid;
+}
+
+static void busy_stop(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 int cli_bench(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
     long long n_prompt = 512, n_gen = 128, reps = 3;
+    bool busy = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = cli_model_opt(&o, argc, argv, &i);
@@ -52,6 +120,8 @@ int cli_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen))
                 goto usage_error;
+        } else if (!strcmp(a, "--busy")) {
+            busy = true;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps))
                 goto usage_error;
@@ -88,39 +158,28 @@ int cli_bench(int argc, char **argv) {
     }
     float *logits = st_xmalloc(sizeof(float) * (size_t)V * (n_prompt > 0 ? n_prompt : 1));
     double *pp = st_xcalloc((size_t)reps, sizeof *pp), *tg = st_xcalloc((size_t)reps, sizeof *tg);
-    int status = 0;
-    for (long long r = -1; r < reps && !status; r++) { // r = -1: warm-up
-        if (n_prompt > 0) {
-            double t0 = st_time_s();
-            status = context_forward(c, toks, (int)n_prompt, 0, logits, false);
-            if (r >= 0) pp[r] = (double)n_prompt / (st_time_s() - t0);
-        }
-        if (n_gen > 0 && !status) {
-            double t0 = st_time_s();
-            for (long long i = 0; i < n_gen && !status; i++)
-                status = context_forward(c, &toks[n_prompt + i], 1, (int)(n_prompt + i), logits,
-                                         false);
-            if (r >= 0) tg[r] = (double)n_gen / (st_time_s() - t0);
-        }
-    }
-    if (status) {
-        fprintf(stderr, "strata: %s\n", st_last_error());
-    } else {
-        double mean, sd;
+    int status = measure(c, toks, n_prompt, n_gen, reps, logits, pp, tg);
+    if (!status) {
         char threads[16] = "all cores";
         if (o.s.n_threads > 0) snprintf(threads, sizeof threads, "%d", o.s.n_threads);
         printf("model %s | %s | backend %s | threads %s | weights %.1f MB\n", o.s.model,
                m->hp.arch, be->name, threads, m->weight_bytes / 1e6);
-        if (n_prompt > 0) {
-            stats(pp, (int)reps, &mean, &sd);
-            printf("pp%-5lld %10.1f ± %.1f tok/s\n", n_prompt, mean, sd);
-        }
-        if (n_gen > 0) {
-            stats(tg, (int)reps, &mean, &sd);
-            printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/tok, weights streamed at %.1f GB/s)\n",
-                   n_gen, mean, sd, 1e3 / mean, mean * m->weight_bytes / 1e9);
+        report("", m, n_prompt, n_gen, pp, tg, reps);
+    }
+    if (!status && busy) {
+        int cpu;
+        const pid_t pid = busy_start(&cpu);
+        if (pid < 0) {
+            status = -1;
+        } else {
+            status = measure(c, toks, n_prompt, n_gen, reps, logits, pp, tg);
+            busy_stop(pid);
+            char tag[64];
+            snprintf(tag, sizeof tag, "  busy: another process spins on CPU %d", cpu);
+            if (!status) report(tag, m, n_prompt, n_gen, pp, tg, reps);
         }
     }
+    if (status) fprintf(stderr, "strata: %s\n", st_last_error());
     free(toks);
     free(logits);
     free(pp);

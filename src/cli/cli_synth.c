@@ -21,7 +21,8 @@ static const char synth_help[] =
     "                         gemma3 or phi3; sets that architecture's small defaults\n"
     "                         (experts, sliding window, soft-caps) for the options below\n"
     "      --shape NAME       start from a known shape: tiny (default), smollm2-135m,\n"
-    "                         llama2-7b, llama3-8b; the options below override it\n"
+    "                         llama3.2-1b, llama2-7b, llama3-8b; the options below\n"
+    "                         override it\n"
     "      --vocab N          vocabulary size (>= 257)\n"
     "      --dim N            embedding width\n"
     "      --layers N         transformer blocks\n"
@@ -29,7 +30,9 @@ static const char synth_help[] =
     "      --kv-heads N       key/value heads (divides --heads)\n"
     "      --ff N             feed-forward width\n"
     "      --ctx N            training context length written to the metadata\n"
-    "      --type T           matrix type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS\n"
+    "      --type T           matrix type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K\n"
+    "                         IQ4_NL IQ4_XS, or Q4_K_M: Q4_K with Q6_K for the output and\n"
+    "                         for attn_v and ffn_down of some layers (llama.cpp's mix)\n"
     "      --embd-type T      token embedding type (default: the --type)\n"
     "      --untied           write a separate output.weight\n"
     "      --head-dim N       per-head width (default: dim / heads)\n"
@@ -106,6 +109,9 @@ int cli_synth(int argc, char **argv) {
             } else if (!strcmp(v, "smollm2-135m")) {
                 d.n_vocab = 49152, d.n_embd = 576, d.n_layer = 30, d.n_head = 9, d.n_head_kv = 3;
                 d.n_ff = 1536, d.n_ctx_train = 8192, d.rope_base = 100000, d.type = GGML_TYPE_Q4_1;
+            } else if (!strcmp(v, "llama3.2-1b")) {
+                d.n_vocab = 128256, d.n_embd = 2048, d.n_layer = 16, d.n_head = 32, d.n_head_kv = 8;
+                d.n_ff = 8192, d.n_ctx_train = 8192, d.rope_base = 500000, d.type = GGML_TYPE_Q4_0;
             } else if (!strcmp(v, "llama2-7b")) {
                 d.n_vocab = 32000, d.n_embd = 4096, d.n_layer = 32, d.n_head = 32, d.n_head_kv = 32;
                 d.n_ff = 11008, d.n_ctx_train = 4096, d.type = GGML_TYPE_Q4_0, d.tied = 0;
@@ -114,7 +120,9 @@ int cli_synth(int argc, char **argv) {
                 d.n_ff = 14336, d.n_ctx_train = 8192, d.rope_base = 500000, d.type = GGML_TYPE_Q4_0;
                 d.tied = 0;
             } else {
-                st_fail("--shape: unknown shape '%s' (tiny, smollm2-135m, llama2-7b, llama3-8b)", v);
+                st_fail("--shape: unknown shape '%s' (tiny, smollm2-135m, llama3.2-1b, llama2-7b, "
+                        "llama3-8b)",
+                        v);
                 goto usage_error;
             }
             d.seed = p.seed;
@@ -122,7 +130,13 @@ int cli_synth(int argc, char **argv) {
             if (!embd_set) d.embd_type = d.type;
             p = d;
         } else if (!strcmp(a, "--type")) {
-            if (parse_type(v, &p.type)) goto usage_error;
+            p.more_bits_type = GGML_TYPE_COUNT;
+            if (!strcasecmp(v, "Q4_K_M")) {
+                p.type = GGML_TYPE_Q4_K;
+                p.more_bits_type = GGML_TYPE_Q6_K;
+            } else if (parse_type(v, &p.type)) {
+                goto usage_error;
+            }
             if (!embd_set) p.embd_type = p.type;
         } else if (!strcmp(a, "--embd-type")) {
             if (parse_type(v, &p.embd_type)) goto usage_error;

@@ -1,20 +1,26 @@
 // backend_cpu.c: the fast CPU backend.
 //
-// matmul quantizes each activation row once to the weight type's vec_dot_type
-// (Q8_0, Q8_1 or Q8_K blocks; float rows stay float) and computes integer dot
-// products; threads take chunks of weight rows, and each chunk runs over every
-// token of the batch while its rows sit in L1, so a prompt is a matrix ×
-// matrix product, not one vector at a time. Attention splits (token, head)
-// pairs across threads. Small element-wise ops run on the calling thread.
+// matmul: weights of the types with repacked kernels (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q6_K) are repacked once by prepare_weight into row-interleaved groups and
+// multiplied by register-tiled integer kernels chosen by CPUID (gemm.h). Other
+// types quantize each activation row once to the weight type's vec_dot_type
+// (Q8_0, Q8_1 or Q8_K blocks; float rows stay float) and compute per-row integer
+// dot products; threads take chunks of weight rows, and each chunk runs over
+// every token of the batch while its rows sit in L1. Attention splits (token,
+// head) pairs across threads. Small element-wise ops run on the calling thread.
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu/attention.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/gemm.h"
 #include "cpu/threadpool.h"
+#include "cpu/vec_ops.h"
 #include "model/rope.h"
 #include "util.h"
 
@@ -23,6 +29,10 @@
 
 struct cpu {
     struct threadpool *tp;
+    struct gemm_cache *gemm; // repacked weights, by their GGUF data
+    enum gemm_isa isa;       // the repacked kernels this CPU runs
+    void *gemm_act;          // their quantized activations (64-byte aligned)
+    size_t gemm_act_cap;
     void *scratch; // quantized activations
     size_t scratch_cap;
     float *att_scratch; // [n_threads][scores_cap]
@@ -126,9 +136,35 @@ static const char *activations(struct cpu *c, const struct quant_traits *qt, con
     return buf;
 }
 
+// The repacked weights live in this backend's own memory, next to the KV cache
+// and scratch (the file's mapping stays too, but the kernel may drop its pages).
+static int cpu_fast_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
+                                 uint64_t scratch_bytes, int n_ctx) {
+    if (!cpu_check_memory(be, weight_bytes, kv_bytes, scratch_bytes + weight_bytes, n_ctx)) return 0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", st_last_error());
+    return st_fail("the CPU backend keeps a repacked copy of the %.2f GiB of weights (counted in the "
+                   "scratch below): %s",
+                   weight_bytes / 1073741824.0, msg);
+}
+
+static int cpu_fast_prepare_weight(struct backend *be, const struct weight *w) {
+    struct cpu *c = cpu_of(be);
+    return gemm_cache_add(c->gemm, c->tp, w);
+}
+
+static void cpu_fast_release_weight(struct backend *be, const struct weight *w) {
+    gemm_cache_remove(cpu_of(be)->gemm, w->data);
+}
+
 static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y,
                        int n) {
     struct cpu *c = cpu_of(be);
+    const struct gemm_weight *gw = gemm_cache_find(c->gemm, w->data);
+    if (gw && gw->type == w->type && gw->rows == w->rows && gw->cols == w->cols) {
+        gemm_matmul(c->tp, c->isa, gw, x, y, n, &c->gemm_act, &c->gemm_act_cap);
+        return;
+    }
     const struct quant_traits *qt = quant_get(w->type);
     struct mm_job j = {.w = w, .dot = qt->vec_dot, .y = y, .n = n};
     j.act = activations(c, qt, x, n, w->cols, &j.act_bytes);
@@ -258,11 +294,21 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
                           const float *v_cache, float *out, int n, int pos0, int n_head,
                           int n_head_kv, int head_dim, const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
-    const size_t need = (size_t)(pos0 + n);
+    const bool fast = c->isa >= GEMM_ISA_AVX512;
+    const int nth = threadpool_size(c->tp);
+    // the plain loop wants scores_cap floats per thread
+    const size_t need =
+        fast ? attention_scratch_floats(nth, n, pos0, n_head, n_head_kv, head_dim) / (size_t)nth + 1
+             : (size_t)(pos0 + n);
     if (need > c->scores_cap) {
         free(c->att_scratch);
         c->scores_cap = need;
-        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)threadpool_size(c->tp));
+        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)nth);
+    }
+    if (fast) {
+        attention_avx512(c->tp, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim, ap,
+                         c->att_scratch);
+        return;
     }
     struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim, *ap};
     threadpool_run(c->tp, att_worker, &j);
@@ -273,15 +319,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
 
 static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
                          int n, int dim, float eps) {
-    (void)be;
-    const float *g = w->data;
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * dim;
-        float ss = dot_f32(xi, xi, dim);
-        const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
-        float *oi = out + (size_t)i * dim;
-        for (int j = 0; j < dim; j++) oi[j] = xi[j] * scale * g[j];
-    }
+    vec_rms_norm(cpu_of(be)->isa >= GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
 // Fills the angle table for positions pos0 .. pos0+n-1 unless it already holds them.
@@ -328,12 +366,18 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
 }
 
 
+static void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
+                    int n, int dim, int stride) {
+    vec_glu(cpu_of(be)->tp, cpu_of(be)->isa >= GEMM_ISA_AVX512, act, g, u, out, n, dim, stride);
+}
 
 
 
 static void cpu_free(struct backend *be) {
     struct cpu *c = cpu_of(be);
     threadpool_free(c->tp);
+    gemm_cache_free(c->gemm);
+    free(c->gemm_act);
     free(c->scratch);
     free(c->att_scratch);
     free(c->rope_cos);
@@ -343,27 +387,28 @@ static void cpu_free(struct backend *be) {
 }
 
 struct backend *backend_cpu_init(int n_threads) {
-    if (n_threads <= 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n_threads <= 0) n_threads = 1;
+    if (n_threads <= 0) n_threads = threadpool_default_threads();
     struct cpu *c = st_xcalloc(1, sizeof *c);
+    c->isa = gemm_isa_best(); // before the threads start: AMX permission is asked for here
     c->tp = threadpool_init(n_threads);
     if (!c->tp) {
         free(c);
         return NULL;
     }
     c->rope_pos0 = -1;
+    c->gemm = gemm_cache_init();
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
     be->caps = BACKEND_CAP_HOST;
-    be->check_memory = cpu_check_memory;
+    be->check_memory = cpu_fast_check_memory;
     be->impl = c;
     be->free = cpu_free;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
     be->upload = cpu_copy;
     be->download = cpu_copy;
-    be->prepare_weight = cpu_prepare_weight;
-    be->release_weight = cpu_release_weight;
+    be->prepare_weight = cpu_fast_prepare_weight;
+    be->release_weight = cpu_fast_release_weight;
     be->get_rows = cpu_get_rows;
     be->rms_norm = cpu_rms_norm;
     be->matmul = cpu_matmul;

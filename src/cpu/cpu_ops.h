@@ -21,8 +21,6 @@ int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_byte
                      uint64_t scratch_bytes, int n_ctx);
 void cpu_add(struct backend *be, float *x, const float *y, int64_t n);
 
-void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
-             int n, int dim, int stride);
 void cpu_add_bias(struct backend *be, const struct weight *b, float *x, int n, int dim);
 void cpu_scale(struct backend *be, float *x, int64_t n, float s);
 void cpu_softcap(struct backend *be, float *x, int64_t n, float cap);

@@ -8,23 +8,6 @@
 #include "cpu/cpu_ops.h"
 #include "util.h"
 
-void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
-             int n, int dim, int stride) {
-    (void)be;
-    for (int i = 0; i < n; i++) {
-        const float *gi = g + (size_t)i * stride, *ui = u + (size_t)i * stride;
-        float *oi = out + (size_t)i * dim;
-        if (act == GLU_SILU) {
-            for (int j = 0; j < dim; j++) oi[j] = gi[j] / (1.0f + expf(-gi[j])) * ui[j];
-        } else {
-            for (int j = 0; j < dim; j++) {
-                const float x = gi[j];
-                oi[j] = 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))) * ui[j];
-            }
-        }
-    }
-}
-
 void cpu_add_bias(struct backend *be, const struct weight *b, float *x, int n, int dim) {
     (void)be;
     const float *bv = b->data;

@@ -1,39 +1,127 @@
-// threadpool.c: workers wait for a generation counter to move. They spin
-// briefly first (ops in a decode step follow each other within microseconds),
-// then sleep on a condition variable so an idle engine costs no CPU.
+// threadpool.c: see threadpool.h.
+//
+// One job at a time. The caller publishes fn, arg and the chunk count, then a
+// 64-bit claim word holding (job id << 32 | next chunk); every thread claims a
+// chunk by compare-and-swap on that word, so a thread that wakes late for an old
+// job cannot take a chunk of the next one (its job id no longer matches). The
+// caller returns when the finished-chunk count reaches the chunk count.
+//
+// Waiting, both for the next job (workers) and for the last chunks (caller),
+// spins with `pause` for a bounded time and then sleeps on a futex: in a decode
+// step jobs follow each other within microseconds, so spinning keeps the wake-up
+// latency off the critical path, while sleeping keeps a worker whose core is
+// shared with another process from burning that core's time between jobs.
+//
+// On a machine shared with other work the spinning itself is the harm: a worker
+// that spins uses its whole share of a contended core, so the scheduler preempts
+// it, often in the middle of a chunk, and the job waits for it. So the pool
+// watches for contention (the caller waited long for a chunk, or a spinning
+// worker saw a gap that only a preemption explains) and for a while after
+// workers sleep right after each job: they then use little more CPU than their
+// chunks need, and the scheduler lets a woken worker run its chunk promptly.
 #include "cpu/threadpool.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #include "util.h"
 
-#define SPIN_ITERS 20000
+#define WORKER_SPIN_NS 100000 // a worker sleeps after 100 µs without a job
+#define CALLER_SPIN_NS 50000  // the caller sleeps after 50 µs waiting for chunks
+#define STALL_NS 300000       // a wait this long for a chunk means a preempted worker
+#define GAP_NS 200000         // so does a gap this long between two looks while spinning
+#define CONTENDED_NS 50000000 // then workers do not spin for 50 ms
 
 struct threadpool {
     int n;
     pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    atomic_uint generation; // bumped for each job
-    atomic_int pending;     // workers still running the current job
+    uint32_t job_id; // caller-only copy of the last published job id
+    // shared state, each hot word on its own cache line
+    _Alignas(64) _Atomic uint64_t claim; // (job id << 32) | next unclaimed chunk
+    _Alignas(64) atomic_int done;        // chunks of the current job finished
+    atomic_int caller_sleeping;          // the caller waits on `done` in the kernel
+    _Alignas(64) atomic_uint gen;        // job id of the newest job (workers' futex word)
+    atomic_int sleepers;                 // workers waiting on `gen` in the kernel
     atomic_bool stop;
-    threadpool_fn fn;
-    void *arg;
-};
-
-struct worker_arg {
-    struct threadpool *tp;
-    int ith;
+    _Atomic(threadpool_chunk_fn) fn;
+    _Atomic(void *) arg;
+    atomic_int n_chunks;
+    _Atomic int64_t contended_until; // now_ns() before which workers do not spin
+    // threadpool_run's adapter
+    threadpool_fn compat_fn;
+    void *compat_arg;
 };
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
 #endif
 }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// Sleeps while *addr == val (spurious wake-ups allowed).
+static void futex_wait(void *addr, int val) {
+#ifdef __linux__
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+    (void)addr, (void)val;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void futex_wake_all(void *addr) {
+#ifdef __linux__
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+// Claims and runs chunks of job `id` until none is left or a newer job replaced it.
+static void work(struct threadpool *tp, uint32_t id, int ith) {
+    for (;;) {
+        uint64_t v = atomic_load_explicit(&tp->claim, memory_order_acquire);
+        if ((uint32_t)(v >> 32) != id) return;
+        const uint32_t next = (uint32_t)v;
+        // acquire: a chunk count of the next job comes with that job's closed claim word
+        // (below), so the compare-and-swap cannot then succeed on this job's old word
+        if (next >= (uint32_t)atomic_load_explicit(&tp->n_chunks, memory_order_acquire)) return;
+        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+            continue;
+        // the chunk is ours: job `id` cannot end, nor fn/arg change, before it is done
+        threadpool_chunk_fn fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
+        fn(atomic_load_explicit(&tp->arg, memory_order_relaxed), (int)next, ith);
+        const int total = atomic_load_explicit(&tp->n_chunks, memory_order_relaxed);
+        if (atomic_fetch_add_explicit(&tp->done, 1, memory_order_acq_rel) + 1 == total &&
+            atomic_load(&tp->caller_sleeping))
+            futex_wake_all(&tp->done);
+    }
+}
+
+struct worker_arg {
+    struct threadpool *tp;
+    int ith;
+};
 
 static void *worker_main(void *p) {
     struct worker_arg wa = *(struct worker_arg *)p;
@@ -41,33 +129,61 @@ static void *worker_main(void *p) {
     struct threadpool *tp = wa.tp;
     unsigned seen = 0;
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&tp->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&tp->stop) && spins < SPIN_ITERS) {
-            cpu_relax();
-            spins++;
+        unsigned g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        int64_t t = now_ns();
+        if (g == seen && !atomic_load(&tp->stop) && t >= atomic_load(&tp->contended_until)) {
+            const int64_t t0 = t;
+            for (int spins = 1;; spins++) {
+                cpu_relax();
+                g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+                if (g != seen || atomic_load(&tp->stop)) break;
+                if (spins & 63) continue;
+                const int64_t t1 = now_ns();
+                if (t1 - t > GAP_NS) { // descheduled while spinning: the core is shared
+                    atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
+                    break;
+                }
+                t = t1;
+                if (t1 - t0 > WORKER_SPIN_NS) break;
+            }
         }
-        if (g == seen && !atomic_load(&tp->stop)) {
-            pthread_mutex_lock(&tp->mu);
-            while ((g = atomic_load(&tp->generation)) == seen && !atomic_load(&tp->stop))
-                pthread_cond_wait(&tp->wake, &tp->mu);
-            pthread_mutex_unlock(&tp->mu);
+        while (g == seen && !atomic_load(&tp->stop)) {
+            atomic_fetch_add(&tp->sleepers, 1);
+            // re-checked after announcing the sleep: a job published in between is seen here
+            // or wakes the futex (the caller reads `sleepers` after bumping `gen`)
+            if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop))
+                futex_wait(&tp->gen, (int)seen);
+            atomic_fetch_sub(&tp->sleepers, 1);
+            g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         }
         if (atomic_load(&tp->stop)) return NULL;
         seen = g;
-        tp->fn(tp->arg, wa.ith, tp->n);
-        atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_release);
+        work(tp, g, wa.ith);
     }
+}
+
+int threadpool_default_threads(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 struct threadpool *threadpool_init(int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    struct threadpool *tp = st_xcalloc(1, sizeof *tp);
+    struct threadpool *tp = NULL;
+    if (posix_memalign((void **)&tp, 64, sizeof *tp)) return NULL;
+    *tp = (struct threadpool){0};
     tp->n = n_threads;
     tp->threads = st_xcalloc((size_t)n_threads, sizeof *tp->threads);
-    pthread_mutex_init(&tp->mu, NULL);
-    pthread_cond_init(&tp->wake, NULL);
+    atomic_init(&tp->claim, 0);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->contended_until, 0);
     for (int i = 1; i < n_threads; i++) {
         struct worker_arg *wa = st_xmalloc(sizeof *wa);
         wa->tp = tp;
@@ -85,31 +201,66 @@ struct threadpool *threadpool_init(int n_threads) {
 
 void threadpool_free(struct threadpool *tp) {
     if (!tp) return;
-    pthread_mutex_lock(&tp->mu);
     atomic_store(&tp->stop, true);
-    pthread_cond_broadcast(&tp->wake);
-    pthread_mutex_unlock(&tp->mu);
+    atomic_fetch_add(&tp->gen, 1);
+    futex_wake_all(&tp->gen);
     for (int i = 1; i < tp->n; i++) pthread_join(tp->threads[i], NULL);
-    pthread_mutex_destroy(&tp->mu);
-    pthread_cond_destroy(&tp->wake);
     free(tp->threads);
     free(tp);
 }
 
 int threadpool_size(const struct threadpool *tp) { return tp->n; }
 
+void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *arg, int n_chunks) {
+    if (n_chunks <= 0) return;
+    if (tp->n == 1 || n_chunks == 1) {
+        for (int c = 0; c < n_chunks; c++) fn(arg, c, 0);
+        return;
+    }
+    const uint32_t id = ++tp->job_id;
+    // Close the claim word first: a worker late from the last job may hold its
+    // exhausted word and be about to compare it with the new chunk count; if
+    // that count were larger, its compare-and-swap on the old word would claim
+    // a chunk past the old job's end and run it with the new fn and arg.
+    atomic_store_explicit(&tp->claim, (uint64_t)id << 32 | UINT32_MAX, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&tp->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&tp->n_chunks, n_chunks, memory_order_release);
+    atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->claim, (uint64_t)id << 32, memory_order_release);
+    atomic_store(&tp->gen, id);
+    if (atomic_load(&tp->sleepers) > 0) futex_wake_all(&tp->gen);
+    work(tp, id, 0);
+    // the chunks still running belong to workers; wait for them, then sleep
+    if (atomic_load_explicit(&tp->done, memory_order_acquire) == n_chunks) return;
+    const int64_t t0 = now_ns();
+    for (int spins = 1; atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks; spins++) {
+        cpu_relax();
+        if (!(spins & 63) && now_ns() - t0 > CALLER_SPIN_NS) {
+            atomic_store(&tp->caller_sleeping, 1);
+            int d;
+            while ((d = atomic_load(&tp->done)) != n_chunks) futex_wait(&tp->done, d);
+            atomic_store(&tp->caller_sleeping, 0);
+            const int64_t t1 = now_ns();
+            if (t1 - t0 > STALL_NS) atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
+            break;
+        }
+    }
+}
+
+static void compat_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    struct threadpool *tp = arg;
+    tp->compat_fn(tp->compat_arg, chunk, tp->n);
+}
+
 void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg) {
     if (tp->n == 1) {
         fn(arg, 0, 1);
         return;
     }
-    tp->fn = fn;
-    tp->arg = arg;
-    atomic_store(&tp->pending, tp->n - 1);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->wake);
-    pthread_mutex_unlock(&tp->mu);
-    fn(arg, 0, tp->n);
-    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) cpu_relax();
+    tp->compat_fn = fn;
+    tp->compat_arg = arg;
+    threadpool_run_chunks(tp, compat_chunk, tp, tp->n);
 }

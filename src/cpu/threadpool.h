@@ -1,8 +1,19 @@
-// threadpool.h: a fixed set of worker threads that run one function together.
+// threadpool.h: a fixed set of worker threads that share the chunks of one job.
+//
+// A job is split into chunks; the calling thread and the workers claim chunks
+// one at a time until none is left, so a worker that the OS has descheduled
+// delays the job by at most the one chunk it holds, never by a fixed share.
+// Workers spin briefly between jobs, then sleep (futex), so an idle engine and a
+// machine shared with other work cost no CPU.
 #ifndef STRATA_THREADPOOL_H
 #define STRATA_THREADPOOL_H
 
-// fn is called once per thread with ith in [0, nth); the caller runs ith = 0.
+// fn is called once for each chunk in [0, n_chunks), by whichever thread claims
+// it; ith in [0, threadpool_size) names that thread (0: the caller), so per-thread
+// scratch may be indexed by it. Chunks of one job may run concurrently.
+typedef void (*threadpool_chunk_fn)(void *arg, int chunk, int ith);
+// The older form: fn is called once for each ith in [0, nth), nth = threadpool_size.
+// Each ith runs exactly once (by any thread), never concurrently with itself.
 typedef void (*threadpool_fn)(void *arg, int ith, int nth);
 
 struct threadpool;
@@ -12,7 +23,14 @@ struct threadpool *threadpool_init(int n_threads);
 // Stops and joins the workers.
 void threadpool_free(struct threadpool *tp);
 int threadpool_size(const struct threadpool *tp);
-// Runs fn on every thread and returns when all have finished.
+// Runs fn on every chunk and returns when all have finished. Not reentrant:
+// one job at a time, started from one thread.
+void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *arg, int n_chunks);
+// Runs fn for every ith in [0, threadpool_size) and returns when all have finished.
 void threadpool_run(struct threadpool *tp, threadpool_fn fn, void *arg);
+
+// Cores this process may run on (sched_getaffinity), at least 1: the default
+// thread count.
+int threadpool_default_threads(void);
 
 #endif

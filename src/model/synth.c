@@ -23,6 +23,7 @@ struct synth_params synth_default_params(void) {
         .type = GGML_TYPE_Q8_0,
         .embd_type = GGML_TYPE_Q8_0,
         .tied = 1,
+        .more_bits_type = GGML_TYPE_COUNT,
         .seed = 1,
     };
 }
@@ -47,6 +48,13 @@ int synth_arch_defaults(const char *name, struct synth_params *p) {
     if (!strcmp(name, "gemma2")) p->attn_softcap = 50.0f, p->final_softcap = 30.0f;
     if (!strcmp(name, "gemma3")) p->rope_base = 1e6f, p->rope_base_swa = 10000.0f;
     return 0;
+}
+
+quant_quantize_fn synth_quantizer(enum ggml_type t) {
+    if (t == GGML_TYPE_Q4_K) return synth_quantize_row_q4_K;
+    if (t == GGML_TYPE_Q6_K) return synth_quantize_row_q6_K;
+    const struct quant_traits *qt = quant_get(t);
+    return qt ? qt->quantize_row : NULL;
 }
 
 // Uniform in [-1, 1).
@@ -87,8 +95,8 @@ static int keep(struct build *b, const char *name) { return !b->filter || b->fil
 static int add_tensor3(struct build *b, const char *name, enum ggml_type type, int64_t cols,
                        int64_t rows, int n_exp, float scale, float offset) {
     if (!keep(b, name)) return 0;
-    const struct quant_traits *qt = quant_get(type);
     const int64_t all_rows = rows * (n_exp > 0 ? n_exp : 1);
+    const quant_quantize_fn quantize = synth_quantizer(type);
     size_t row_bytes = quant_row_size(type, cols);
     char *data = malloc(row_bytes * (size_t)all_rows);
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -99,7 +107,7 @@ static int add_tensor3(struct build *b, const char *name, enum ggml_type type, i
     }
     for (int64_t r = 0; r < all_rows; r++) {
         for (int64_t c = 0; c < cols; c++) row[c] = offset + scale * rng_float(&b->rng);
-        qt->quantize_row(row, data + (size_t)r * row_bytes, cols);
+        quantize(row, data + (size_t)r * row_bytes, cols);
     }
     int64_t ne[3] = {cols, rows, n_exp};
     int rc = gguf_writer_add_tensor(b->w, name, type, n_exp > 0 ? 3 : (rows > 1 ? 2 : 1), ne, data);
@@ -115,9 +123,9 @@ static int add_tensor(struct build *b, const char *name, enum ggml_type type, in
 
 static int check_type(const char *what, enum ggml_type t, int64_t n) {
     const struct quant_traits *qt = quant_get(t);
-    if (!qt || !qt->quantize_row)
+    if (!qt || !synth_quantizer(t))
         return st_fail("synth: %s type %s has no quantizer (use F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                       "Q5_1, Q8_0, IQ4_NL or IQ4_XS)",
+                       "Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL or IQ4_XS)",
                        what, quant_name(t));
     if (n % qt->block_size)
         return st_fail("synth: width %lld is not a multiple of %s's block size %lld",
@@ -217,6 +225,7 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
                        hd, n_rot);
     if (p->n_head % p->n_head_kv)
         return st_fail("synth: %d KV heads must divide %d heads", p->n_head_kv, p->n_head);
+    const bool mix = p->more_bits_type != GGML_TYPE_COUNT;
     const bool moe = p->n_expert > 0;
     if (moe && !(ad->flags & ARCH_EXPERTS))
         return st_fail("synth: %s has no expert layers", arch);
@@ -235,7 +244,9 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         check_type("weight", p->type, (int64_t)p->n_head * hd) ||
         (moe && check_type("weight", p->type, ff_exp)) ||
         (ff_sh && check_type("weight", p->type, ff_sh)) ||
-        check_type("embedding", p->embd_type, p->n_embd))
+        check_type("embedding", p->embd_type, p->n_embd) ||
+        (mix && (check_type("more-bits", p->more_bits_type, p->n_embd) ||
+                 check_type("more-bits", p->more_bits_type, p->n_ff))))
         return -1;
     struct build b = {.w = gguf_writer_init(), .filter = filter, .user = user, .rng = p->seed};
     const int64_t E = p->n_embd, q_dim = (int64_t)p->n_head * hd, kv_dim = (int64_t)p->n_head_kv * hd;
@@ -285,11 +296,14 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
     // weights scaled like a trained model's: unit-variance activations, norms near 1
     const float ws = 1.0f / sqrtf((float)E), fs = 1.0f / sqrtf((float)p->n_ff),
                 qs = 1.0f / sqrtf((float)q_dim);
-    if (add_tensor(&b, "token_embd.weight", p->embd_type, E, p->n_vocab, 1.0f, 0) ||
+    // the mix's output matrix: output.weight, or the embedding it is tied to
+    const enum ggml_type embd_type = mix && p->tied ? p->more_bits_type : p->embd_type;
+    const enum ggml_type out_type = mix ? p->more_bits_type : p->type;
+    if (add_tensor(&b, "token_embd.weight", embd_type, E, p->n_vocab, 1.0f, 0) ||
         add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, E, 1, 0.2f, 1.0f))
         goto fail;
     if (!p->tied && !(ad->flags & ARCH_OUTPUT_IS_EMBD) &&
-        add_tensor(&b, "output.weight", p->type, E, p->n_vocab, ws, 0))
+        add_tensor(&b, "output.weight", out_type, E, p->n_vocab, ws, 0))
         goto fail;
     if (scaling && !strcmp(scaling, "longrope") &&
         (add_tensor(&b, "rope_factors_long.weight", GGML_TYPE_F32, n_rot / 2, 1, 1.5f, 3.0f) ||
@@ -297,6 +311,9 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         goto fail;
     for (int l = 0; l < p->n_layer; l++) {
         char name[64];
+        const int n8 = p->n_layer / 8;
+        const bool more = mix && (l < n8 || l >= 7 * p->n_layer / 8 || (l - n8) % 3 == 2);
+        const enum ggml_type vd_type = more ? p->more_bits_type : p->type; // attn_v, ffn_down
 #define T3(suffix, type, cols, rows, n_exp, scale, offset)                                        \
     do {                                                                                          \
         snprintf(name, sizeof name, "blk.%d." suffix, l);                                         \
@@ -309,7 +326,7 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         } else {
             T("attn_q.weight", p->type, E, q_dim, ws, 0);
             T("attn_k.weight", p->type, E, kv_dim, ws, 0);
-            T("attn_v.weight", p->type, E, kv_dim, ws, 0);
+            T("attn_v.weight", vd_type, E, kv_dim, ws, 0);
         }
         if (ad->flags & ARCH_QKV_BIAS) {
             T("attn_q.bias", GGML_TYPE_F32, q_dim, 1, 0.5f, 0);
@@ -328,7 +345,7 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
             T("ffn_gate_inp.weight", GGML_TYPE_F32, E, p->n_expert, 4 * ws, 0);
             T3("ffn_gate_exps.weight", p->type, E, ff_exp, p->n_expert, ws, 0);
             T3("ffn_up_exps.weight", p->type, E, ff_exp, p->n_expert, ws, 0);
-            T3("ffn_down_exps.weight", p->type, ff_exp, E, p->n_expert, es, 0);
+            T3("ffn_down_exps.weight", vd_type, ff_exp, E, p->n_expert, es, 0);
             if (ff_sh) {
                 T("ffn_gate_inp_shexp.weight", GGML_TYPE_F32, E, 1, 4 * ws, 0);
                 T("ffn_gate_shexp.weight", p->type, E, ff_sh, ws, 0);
@@ -337,11 +354,11 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
             }
         } else if (ad->flags & ARCH_FUSED_GATE_UP) {
             T("ffn_up.weight", p->type, E, 2 * p->n_ff, ws, 0);
-            T("ffn_down.weight", p->type, p->n_ff, E, fs, 0);
+            T("ffn_down.weight", vd_type, p->n_ff, E, fs, 0);
         } else {
             T("ffn_gate.weight", p->type, E, p->n_ff, ws, 0);
             T("ffn_up.weight", p->type, E, p->n_ff, ws, 0);
-            T("ffn_down.weight", p->type, p->n_ff, E, fs, 0);
+            T("ffn_down.weight", vd_type, p->n_ff, E, fs, 0);
         }
         if (ad->flags & ARCH_POST_NORMS) T("post_ffw_norm.weight", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);
 #undef T

@@ -24,8 +24,12 @@ struct synth_params {
     int n_ff;       // multiple of the weight type's block size
     int n_ctx_train;
     float rope_base;
-    enum ggml_type type;      // matrices; needs a quantizer (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS)
+    enum ggml_type type;      // matrices; needs a quantizer (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS)
     enum ggml_type embd_type; // token_embd.weight, same rule
+    // llama.cpp's "more bits" rule of its _M mixes, or GGML_TYPE_COUNT for none: this type
+    // for attn_v and ffn_down of the first and last eighth of the layers and every third
+    // between, and for the output matrix (token_embd.weight when tied)
+    enum ggml_type more_bits_type;
     int tied;                 // 1: no output.weight (the embedding is reused)
     uint64_t seed;
     // architecture options (0: the architecture's usual value or none)
@@ -44,8 +48,13 @@ struct synth_params {
     float rope_attn_factor;   // written when > 0
 };
 
-// Small defaults: llama, vocabulary 512, width 64, 2 layers, 4 heads (2 KV),
-// FFN 128, Q8_0.
+// The quantizer synth uses for type t (the quant table's, or its own plain
+// Q4_K/Q6_K ones, synth_kquant.c), or NULL when it has none.
+quant_quantize_fn synth_quantizer(enum ggml_type t);
+void synth_quantize_row_q4_K(const float *src, void *dst, int64_t n);
+void synth_quantize_row_q6_K(const float *src, void *dst, int64_t n);
+
+// Small defaults: llama, vocabulary 512, width 64, 2 layers, 4 heads (2 KV), FFN 128, Q8_0.
 struct synth_params synth_default_params(void);
 
 // Decides whether a key or tensor is written: return 0 to leave it out.
