@@ -146,9 +146,11 @@ static void ref_glu(struct backend *be, enum glu_act act, const float *g, const 
     for (int i = 0; i < n; i++)
         for (int j = 0; j < dim; j++) {
             const double x = g[(size_t)i * stride + j], y = u[(size_t)i * stride + j];
+            // GELU's tanh form 0.5·x·(1 + tanh v) as x / (1 + e^(−2v)), the same
+            // function without the cancellation of 1 + tanh v for negative x
             const double a = act == GLU_SILU
                                  ? x / (1.0 + exp(-x))
-                                 : 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                                 : x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
             out[(size_t)i * dim + j] = (float)(a * y);
         }
 }

@@ -44,12 +44,14 @@ void cpu_moe_route(struct backend *be, const float *logits, int n, const struct 
         }
         int32_t *it = ids + (size_t)t * k;
         float *wt = weights + (size_t)t * k;
-        // insertion into a list kept sorted best first (k is small: 1 .. 16)
+        // insertion into a list kept sorted best first (k is small: 1 .. 16), by
+        // the logits: the gate is increasing in them, and they do not round two
+        // experts to one value as float sigmoids near 1 do (lowest index on ties)
         int m = 0;
         for (int e = 0; e < ne; e++) {
-            if (m == k && g[e] <= g[it[k - 1]]) continue;
+            if (m == k && !(l[e] > l[it[k - 1]])) continue;
             int pos = m < k ? m++ : k - 1;
-            while (pos > 0 && g[e] > g[it[pos - 1]]) {
+            while (pos > 0 && l[e] > l[it[pos - 1]]) {
                 it[pos] = it[pos - 1];
                 pos--;
             }

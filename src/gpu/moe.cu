@@ -42,7 +42,7 @@ static __device__ float block_reduce(float v, int op, float *sv) {
 __global__ void __launch_bounds__(MOE_THREADS)
     moe_route_kernel(const float *logits, int ne, int k, int sigmoid, int norm, float scale,
                      int32_t *ids, float *weights) {
-    extern __shared__ float g[]; // [ne] gate values, then taken flags as -INFINITY copies
+    extern __shared__ float g[]; // [ne] gate values, then [ne] logits not yet taken
     __shared__ float sv[MOE_THREADS / 32];
     __shared__ int si[MOE_THREADS / 32];
     const int t = blockIdx.x;
@@ -60,20 +60,22 @@ __global__ void __launch_bounds__(MOE_THREADS)
         for (int e = threadIdx.x; e < ne; e += MOE_THREADS) g[e] *= inv;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < ne; e += MOE_THREADS) cand[e] = g[e];
+    // chosen by the logits: the gate is increasing in them, and they do not round
+    // two experts to one value as float sigmoids near 1 do; taken ones become NaN
+    for (int e = threadIdx.x; e < ne; e += MOE_THREADS) cand[e] = l[e];
     float sel = 0.0f;
     for (int s = 0; s < k; s++) {
         __syncthreads();
         float v = -INFINITY;
         int i = ne;
         for (int e = threadIdx.x; e < ne; e += MOE_THREADS)
-            if (cand[e] > v) v = cand[e], i = e;
+            if (cand[e] > v || (i == ne && cand[e] == -INFINITY)) v = cand[e], i = e;
         block_argmax(v, i, sv, si);
-        if (i >= ne) i = 0; // only with NaN gate values; the weights show it
+        if (i >= ne) i = 0; // only with NaN logits; the weights show it
         if (threadIdx.x == 0) {
             ids[(int64_t)t * k + s] = i;
             weights[(int64_t)t * k + s] = g[i];
-            cand[i] = -INFINITY;
+            cand[i] = NAN;
         }
         sel += g[i];
     }
