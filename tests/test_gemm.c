@@ -313,7 +313,7 @@ static void test_driver(void) {
             const int n = (int)shapes[si][2];
             size_t row_bytes;
             uint8_t *wd = random_weight(t, rows, cols, &row_bytes);
-            struct weight w = {"w", 1, t, cols, rows, row_bytes, wd};
+            struct weight w = {.name = "w", .name_len = 1, .type = t, .cols = cols, .rows = rows, .n_expert = 1, .row_bytes = row_bytes, .data = wd};
             float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
             random_acts(x, (size_t)n * cols);
             void *abuf;
@@ -368,7 +368,7 @@ static void test_cache(void) {
     size_t row_bytes = 0;
     for (int i = 0; i < N; i++) {
         data[i] = random_weight(GGML_TYPE_Q4_0, 3, 32, &row_bytes);
-        ws[i] = (struct weight){"w", 1, GGML_TYPE_Q4_0, 32, 3, row_bytes, data[i]};
+        ws[i] = (struct weight){.name = "w", .name_len = 1, .type = GGML_TYPE_Q4_0, .cols = 32, .rows = 3, .n_expert = 1, .row_bytes = row_bytes, .data = data[i]};
         CHECK(gemm_cache_add(c, tp, &ws[i]) == 0, "add %d: %s", i, st_last_error());
     }
     CHECK(gemm_cache_add(c, tp, &ws[0]) == 0, "adding twice is a no-op");
@@ -379,7 +379,7 @@ static void test_cache(void) {
         if ((i % 3 == 0) != (g == NULL) || (g && g->rows != 3)) wrong++;
     }
     CHECK(wrong == 0, "%d weights found or lost wrongly after removals", wrong);
-    struct weight f32 = {"w", 1, GGML_TYPE_F32, 32, 3, 128, data[1]};
+    struct weight f32 = {.name = "w", .name_len = 1, .type = GGML_TYPE_F32, .cols = 32, .rows = 3, .n_expert = 1, .row_bytes = 128, .data = data[1]};
     CHECK(gemm_cache_add(c, tp, &f32) == 0, "an unsupported type is left alone");
     gemm_cache_free(c);
     threadpool_free(tp);
