@@ -127,6 +127,15 @@ static struct oracle make_oracle(enum ggml_type t, const uint8_t *w, size_t row_
                 y += (double)deq[c] * av;
                 mag += (fabs((double)deq[c]) + 2 * off[c]) * fabs(av);
             }
+            if (t == GGML_TYPE_Q4_1) // its mins meet the activation's stored s, rounded to half
+                for (int64_t b = 0; b < nb; b++) {
+                    uint16_t mh;
+                    memcpy(&mh, row + (size_t)b * 20 + 2, 2); // block_q4_1: d, m (half), 16 bytes
+                    const size_t ib = (size_t)tk * nb + (size_t)b;
+                    int qsum = 0;
+                    for (int c = 0; c < 32; c++) qsum += a->qs[(size_t)tk * cols + b * 32 + c];
+                    y += (double)st_fp16_to_f32(mh) * ((double)a->s[ib] - (double)a->d[ib] * qsum);
+                }
             o.y[(size_t)tk * rows + r] = y;
             o.bound[(size_t)tk * rows + r] = (4.0 * nb + 4) * 0x1p-24 * mag * 1.01 + 1e-30;
         }
@@ -203,13 +212,21 @@ static void test_quantizer(void) {
                     const int8_t *q = a.qs + (size_t)t * cols + b * 32;
                     float amax = 0;
                     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+                    // Q4_0, Q4_1 and Q8_0 take llama.cpp's Q8_0/Q8_1 block scales: d and
+                    // s = d·Σq (from the unrounded d) rounded to half precision
+                    const bool half = gt == GEMM_Q4_0 || gt == GEMM_Q4_1 || gt == GEMM_Q8_0;
+                    const float d0 = amax / 127.0f;
+                    const float d = half ? st_fp16_to_f32(st_f32_to_fp16(d0)) : d0;
                     int sum[2] = {0, 0};
                     for (int i = 0; i < 32; i++) {
-                        if (q[i] < -127 || fabs((double)xb[i] - (double)a.d[ib] * q[i]) > a.d[ib] * (0.5 + 381 * 0x1p-24) + 1e-30)
+                        const double err = fabs((double)xb[i] - (double)a.d[ib] * q[i]);
+                        if (q[i] < -127 || err > d0 * (0.5 + 381 * 0x1p-24) + fabs((double)d - d0) * 127 + 1e-30)
                             bad++;
                         sum[i / 16] += q[i];
                     }
-                    if (a.d[ib] != amax / 127.0f || a.s[ib] != a.d[ib] * (float)(sum[0] + sum[1])) bad++;
+                    const float sw = half ? st_fp16_to_f32(st_f32_to_fp16(d0 * (float)(sum[0] + sum[1])))
+                                          : d0 * (float)(sum[0] + sum[1]);
+                    if (a.d[ib] != d || a.s[ib] != sw) bad++;
                     if (a.bias_n == 1 && a.bias[ib] != a.bias_mul * (sum[0] + sum[1])) bad++;
                     if (a.bias_n == 2 && (a.bias[2 * ib] != a.bias_mul * sum[0] || a.bias[2 * ib + 1] != a.bias_mul * sum[1]))
                         bad++;

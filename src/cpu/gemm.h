@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "format/quant.h"
+#include "util.h"
 
 #define GEMM_R 16  // weight rows per interleaved group
 #define GEMM_QK 32 // activation block
@@ -104,7 +105,24 @@ struct gemm_act {
                    // each half (bias_n 2); NULL when bias_n is 0
     int bias_n;
     int32_t bias_mul;
+    bool half_scales; // d and s rounded to half precision (see gemm_act_scales)
 };
+
+// Block i's scale d = amax/127 and s = d·Σq. For the types whose GGUF dot
+// products take Q8_0 or Q8_1 activation blocks (Q4_0, Q4_1, Q8_0) both are
+// rounded to half precision, as those blocks store them (s from the unrounded
+// d), so the products equal llama.cpp's given the same input; the K types keep
+// them in float.
+static inline void gemm_act_scales(struct gemm_act *a, size_t i, float amax, int sum) {
+    const float d = amax / 127.0f;
+    if (a->half_scales) {
+        a->d[i] = st_fp16_to_f32(st_f32_to_fp16(d));
+        a->s[i] = st_fp16_to_f32(st_f32_to_fp16(d * (float)sum));
+    } else {
+        a->d[i] = d;
+        a->s[i] = d * (float)sum;
+    }
+}
 
 // Kernel sets, each a superset of the CPU features of the one before. AMX: AMX
 // int8 tiles for prompts, AVX-512 VNNI for single tokens and Q6_K.

@@ -54,8 +54,7 @@ void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1) {
             _mm256_storeu_si256((__m256i *)(a->qs + (size_t)t * (size_t)a->cols + b * GEMM_QK), o);
             const int s0 = hsum8(_mm256_add_epi32(q[0], q[1])), s1 = hsum8(_mm256_add_epi32(q[2], q[3]));
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
-            a->d[i] = amax / 127.0f;
-            a->s[i] = a->d[i] * (float)(s0 + s1);
+            gemm_act_scales(a, i, amax, s0 + s1);
             if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
             else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }

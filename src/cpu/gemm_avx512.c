@@ -242,8 +242,7 @@ void gemm_quantize_avx512(const float *x, struct gemm_act *a, int t0, int t1) {
             _mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtepi32_epi8(q1));
             const int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
-            a->d[i] = amax / 127.0f;
-            a->s[i] = a->d[i] * (float)(s0 + s1);
+            gemm_act_scales(a, i, amax, s0 + s1);
             if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
             else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }

@@ -8,10 +8,12 @@
 #include "format/quant_impl.h"
 #include "util.h"
 
-// Quantizes one 32-element block: d = max|x|/127, q = x·127/max rounded to
-// nearest even, clamped to ±127 (NaN → −127, so no conversion is undefined).
+// Quantizes one 32-element block: q = x·127/max|x| rounded to
+// nearest even, clamped to ±127 (NaN → −127, so no conversion is undefined);
+// d and s from gemm_act_scales.
 // The SIMD quantizers compute the very same values.
-static void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_t *bias, int bias_n, int32_t mul) {
+static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t ib, int32_t *bias, int bias_n,
+                           int32_t mul) {
     float amax = 0;
     for (int i = 0; i < GEMM_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
     const float id = amax > 0 ? 127.0f / amax : 0.0f;
@@ -21,8 +23,7 @@ static void quantize_block(const float *x, int8_t *q, float *d, float *s, int32_
         q[i] = (int8_t)nearbyintf(v);
         sum[i / 16] += q[i];
     }
-    *d = amax / 127.0f;
-    *s = *d * (float)(sum[0] + sum[1]);
+    gemm_act_scales(a, ib, amax, sum[0] + sum[1]);
     if (bias_n == 1) bias[0] = mul * (sum[0] + sum[1]);
     else if (bias_n == 2) bias[0] = mul * sum[0], bias[1] = mul * sum[1];
 }
@@ -33,7 +34,7 @@ void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
         for (int64_t b = 0; b < nb; b++) {
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             quantize_block(x + (size_t)t * a->cols + b * GEMM_QK, a->qs + (size_t)t * a->cols + b * GEMM_QK,
-                           &a->d[i], &a->s[i], a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n,
+                           a, i, a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n,
                            a->bias_mul);
         }
 }
