@@ -21,7 +21,7 @@ include mk/gpu.mk
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 TOOLS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/tool_*.c))
 
-.PHONY: all test clean model format demo fuzz check-portability
+.PHONY: all test clean model format check-format demo fuzz check-portability
 all: $(BUILD)/strata
 
 $(BUILD)/%.o: %.c
@@ -102,8 +102,14 @@ fuzz-ci:
 	scripts/fetch-model.sh
 	tests/fuzz-ci.sh build/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# Every C, header and CUDA source in .clang-format's style (clang-format 14).
+CLANG_FORMAT ?= clang-format-14
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null || \
+                 find src tests tools -name '*.[ch]' -o -name '*.cu')
 format:
-	clang-format -i $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c $(d)/*.h)) tests/*.c tests/*.h
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
+check-format:
+	$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf $(BUILD)

@@ -12,7 +12,7 @@ set -eu
 PKGS="gcc clang make libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcjson-dev libedit-dev libjs-marked python3 python3-pip ca-certificates"
 PY=""
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS chromium chromium-driver cmake g++ libclang-rt-14-dev llvm"
+    PKGS="$PKGS chromium chromium-driver cmake g++ libclang-rt-14-dev llvm clang-format"
     # module=package: a module that already imports costs nothing
     PY="openai=openai selenium=selenium pydantic=pydantic numpy=numpy gguf=gguf llama_cpp=llama-cpp-python==0.3.36"
 elif [ -n "${1:-}" ]; then

@@ -36,8 +36,7 @@ bool backend_built(const struct backend_desc *d) {
 
 static struct backend *open_desc(const struct backend_desc *d, const struct backend_opts *o) {
     if (!(d->caps & BACKEND_CAP_GPU))
-        return d->caps & BACKEND_CAP_REFERENCE ? backend_cpu_ref_init()
-                                               : backend_cpu_init(o->n_threads);
+        return d->caps & BACKEND_CAP_REFERENCE ? backend_cpu_ref_init() : backend_cpu_init(o->n_threads);
 #ifdef STRATA_GPU
     char warn[512];
     if (gpu_device_count() <= 0) return NULL; // the message says why
@@ -65,8 +64,7 @@ struct backend *backend_open(const char *name, const struct backend_opts *o) {
         snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", d->name);
         if (strcmp(name, d->name)) continue;
         if (!backend_built(d)) {
-            st_fail("backend %s is not in this build of strata; rebuild with `make GPU=%s`", name,
-                    name);
+            st_fail("backend %s is not in this build of strata; rebuild with `make GPU=%s`", name, name);
             return NULL;
         }
         return open_desc(d, o);

@@ -38,8 +38,8 @@ struct backend {
     // a KV cache of n_ctx positions (kv_bytes) and scratch fit in the memory this
     // backend computes from. Returns 0, or -1 with a message naming what is
     // needed, what is free, and the largest context that would fit.
-    int (*check_memory)(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
-                        uint64_t scratch_bytes, int n_ctx);
+    int (*check_memory)(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes, uint64_t scratch_bytes,
+                        int n_ctx);
 
     // Memory. alloc returns NULL with a message when the bytes are not there.
     void *(*alloc)(struct backend *be, size_t bytes);
@@ -56,12 +56,11 @@ struct backend {
 
     // out (n, emb.cols) = rows tokens[i] of emb, dequantized. tokens is a
     // backend buffer of n int32 ids, each < emb.rows (checked by the caller).
-    void (*get_rows)(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
-                     float *out);
+    void (*get_rows)(struct backend *be, const struct weight *emb, const int32_t *tokens, int n, float *out);
     // out (n, dim) = x / sqrt(mean(x²) + eps) * w   (w: F32 weight of dim; out may
     // be x). Also the per-head norm: x (n·n_head, head_dim) with w of head_dim.
-    void (*rms_norm)(struct backend *be, const struct weight *w, const float *x, float *out, int n,
-                     int dim, float eps);
+    void (*rms_norm)(struct backend *be, const struct weight *w, const float *x, float *out, int n, int dim,
+                     float eps);
     // y (n, w.rows) = x (n, w.cols) · wᵀ
     void (*matmul)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
     // x (n, dim) += b (dim), each row   (b: F32 weight of dim)
@@ -71,20 +70,20 @@ struct backend {
     void (*rope)(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
                  const struct rope_params *rp);
     // Stores k, v (n, n_head_kv, head_dim) into the caches at rows pos0 .. pos0+n-1.
-    void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k,
-                     const float *v, int n, int pos0, int kv_dim);
+    void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                     int n, int pos0, int kv_dim);
     // out (n, n_head, head_dim): causal grouped-query attention of q; token i
     // at position p = pos0+i sees cache rows 0 .. p (ap->window > 0: only rows
     // p-window+1 .. p); scores s = ap->scale · q·k, soft-capped to
     // ap->softcap · tanh(s / ap->softcap) when ap->softcap > 0, then softmax.
-    void (*attention)(struct backend *be, const float *q, const float *k_cache,
-                      const float *v_cache, float *out, int n, int pos0, int n_head, int n_head_kv,
-                      int head_dim, const struct attn_params *ap);
+    void (*attention)(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+                      float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                      const struct attn_params *ap);
     // out (n, dim) = act(g) · u, elementwise over rows whose values start every
     // `stride` floats: g[i·stride + j], u[i·stride + j] (stride ≥ dim; out is
     // dense; it may be g when stride = dim). act: SiLU, or GELU's tanh form.
-    void (*glu)(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
-                int n, int dim, int stride);
+    void (*glu)(struct backend *be, enum glu_act act, const float *g, const float *u, float *out, int n,
+                int dim, int stride);
     // x (n) += y
     void (*add)(struct backend *be, float *x, const float *y, int64_t n);
     // x (n) *= s
@@ -106,8 +105,8 @@ struct backend {
                       const int32_t *ids, int k, float *y, int n);
     // out (n, dim) = Σ_s weights[t·k + s] · y (t, s, :)   (y: (n, k, dim); out may
     // be y when k = 1)
-    void (*moe_combine)(struct backend *be, const float *y, const float *weights, int n, int k,
-                        int dim, float *out);
+    void (*moe_combine)(struct backend *be, const float *y, const float *weights, int n, int k, int dim,
+                        float *out);
     // Waits for every enqueued op. Returns 0, or -1 with the first error's message.
     int (*sync)(struct backend *be);
 };

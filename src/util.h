@@ -20,9 +20,9 @@ int st_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *st_last_error(void);
 
 // Always-on invariant check: a broken invariant is a bug, not bad input.
-#define ST_ASSERT(cond)                                                        \
-    do {                                                                       \
-        if (!(cond)) st_assert_fail(#cond, __FILE__, __LINE__);                \
+#define ST_ASSERT(cond)                                                                                      \
+    do {                                                                                                     \
+        if (!(cond)) st_assert_fail(#cond, __FILE__, __LINE__);                                              \
     } while (0)
 __attribute__((noreturn)) void st_assert_fail(const char *expr, const char *file, int line);
 

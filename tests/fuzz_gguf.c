@@ -16,9 +16,12 @@ static void touch_value(const struct gguf_value *v) {
     if (v->type != GGUF_VTYPE_ARRAY) return;
     const struct gguf_array *a = &v->v.arr;
     for (uint64_t i = 0; i < a->count; i++) {
-        if (a->items) touch_value(&a->items[i]);
-        else if (a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64) sink += gguf_array_float(a, i) > 0;
-        else sink += (uint64_t)gguf_array_int(a, i);
+        if (a->items)
+            touch_value(&a->items[i]);
+        else if (a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64)
+            sink += gguf_array_float(a, i) > 0;
+        else
+            sink += (uint64_t)gguf_array_int(a, i);
     }
 }
 

@@ -17,55 +17,57 @@
 
 static int test_checks_failed;
 // (unused in files that count their cases without RUN, such as test_ops.c)
-__attribute__((unused)) static int test_skipped; // set by SKIP in the test RUN is running
+__attribute__((unused)) static int test_skipped;           // set by SKIP in the test RUN is running
 __attribute__((unused)) static const char *test_skip_rest; // why no later test can run (TEST_SKIP_REST)
 static int test_n_pass, test_n_fail, test_n_skip;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            test_checks_failed++;                                              \
-            printf("    check failed at %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            test_checks_failed++;                                                                            \
+            printf("    check failed at %s:%d: %s: ", __FILE__, __LINE__, #cond);                            \
+            printf(__VA_ARGS__);                                                                             \
+            printf("\n");                                                                                    \
+        }                                                                                                    \
     } while (0)
 
 // Marks the running test skipped and returns from the function it is in (a
 // helper's SKIP skips the whole test, as the helper's work did not happen).
-#define SKIP(...)                                                              \
-    do {                                                                       \
-        printf("    skip: ");                                                  \
-        printf(__VA_ARGS__);                                                   \
-        printf("\n");                                                          \
-        test_skipped = 1;                                                      \
-        return;                                                                \
+#define SKIP(...)                                                                                            \
+    do {                                                                                                     \
+        printf("    skip: ");                                                                                \
+        printf(__VA_ARGS__);                                                                                 \
+        printf("\n");                                                                                        \
+        test_skipped = 1;                                                                                    \
+        return;                                                                                              \
     } while (0)
 
-#define RUN(fn)                                                                \
-    do {                                                                       \
-        int before_ = test_checks_failed;                                      \
-        test_skipped = 0;                                                      \
-        if (test_skip_rest) test_skipped = 1;                                  \
-        else fn();                                                             \
-        fflush(stdout);                                                        \
-        if (test_checks_failed != before_) {                                   \
-            test_n_fail++;                                                     \
-            printf("  FAIL %s\n", #fn);                                        \
-        } else if (test_skipped) {                                             \
-            test_n_skip++;                                                     \
-            printf("  skip %s\n", #fn);                                        \
-        } else {                                                               \
-            test_n_pass++;                                                     \
-            printf("  ok   %s\n", #fn);                                        \
-        }                                                                      \
-        test_skipped = 0;                                                      \
+#define RUN(fn)                                                                                              \
+    do {                                                                                                     \
+        int before_ = test_checks_failed;                                                                    \
+        test_skipped = 0;                                                                                    \
+        if (test_skip_rest)                                                                                  \
+            test_skipped = 1;                                                                                \
+        else                                                                                                 \
+            fn();                                                                                            \
+        fflush(stdout);                                                                                      \
+        if (test_checks_failed != before_) {                                                                 \
+            test_n_fail++;                                                                                   \
+            printf("  FAIL %s\n", #fn);                                                                      \
+        } else if (test_skipped) {                                                                           \
+            test_n_skip++;                                                                                   \
+            printf("  skip %s\n", #fn);                                                                      \
+        } else {                                                                                             \
+            test_n_pass++;                                                                                   \
+            printf("  ok   %s\n", #fn);                                                                      \
+        }                                                                                                    \
+        test_skipped = 0;                                                                                    \
     } while (0)
 
-#define TEST_END()                                                             \
-    do {                                                                       \
-        printf("RESULT %d %d %d\n", test_n_pass, test_n_fail, test_n_skip);    \
-        return test_n_fail ? 1 : 0;                                            \
+#define TEST_END()                                                                                           \
+    do {                                                                                                     \
+        printf("RESULT %d %d %d\n", test_n_pass, test_n_fail, test_n_skip);                                  \
+        return test_n_fail ? 1 : 0;                                                                          \
     } while (0)
 
 // From main: every RUN after this counts as skipped, for the reason given.

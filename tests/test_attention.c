@@ -34,8 +34,8 @@ static float rng_normal(void) {
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-static void reference(const float *q, const float *kc, const float *vc, double *out, int n, int pos0, int n_head,
-                      int n_head_kv, int hd, const struct attn_params *ap) {
+static void reference(const float *q, const float *kc, const float *vc, double *out, int n, int pos0,
+                      int n_head, int n_head_kv, int hd, const struct attn_params *ap) {
     const int G = n_head / n_head_kv, kv_dim = n_head_kv * hd;
     double *s = st_xmalloc(sizeof(double) * (size_t)(pos0 + n));
     for (int t = 0; t < n; t++)
@@ -85,55 +85,63 @@ static void test_attention_cases(void) {
     struct threadpool *tp = threadpool_init(3);
     struct backend *be = backend_cpu_init(2);
     // scale relative to 1/sqrt(head_dim), soft cap, window
-    static const struct { float scale_mul, softcap; int window; } var[] = {
-        {1, 0, 0}, {0.6f, 0, 0}, {1, 1.5f, 0}, {1, 0, 5}, {1, 0, 100}, {1.3f, 2.0f, 70}};
+    static const struct {
+        float scale_mul, softcap;
+        int window;
+    } var[] = {{1, 0, 0}, {0.6f, 0, 0}, {1, 1.5f, 0}, {1, 0, 5}, {1, 0, 100}, {1.3f, 2.0f, 70}};
     int cases = 0;
     for (size_t vi = 0; vi < sizeof var / sizeof *var; vi++)
-    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
-        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
-            for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
-                const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
-                const int n = ns[ni], pos0 = pos0s[pi], kv_dim = n_head_kv * hd, n_ctx = pos0 + n + 5;
-                if (n_head == 32 && n > 17) continue; // the wide case once per length is enough
-                if (vi > 0 && ci % 2) continue;        // the variants on half the head shapes
-                const struct attn_params ap = {var[vi].scale_mul / sqrtf((float)hd), var[vi].softcap, var[vi].window};
-                const size_t nc = (size_t)n_ctx * kv_dim, nq = (size_t)n * n_head * hd;
-                float *kc = st_xmalloc(sizeof(float) * nc), *vc = st_xmalloc(sizeof(float) * nc);
-                float *q = st_xmalloc(sizeof(float) * nq), *got = st_xmalloc(sizeof(float) * nq);
-                double *want = st_xmalloc(sizeof(double) * nq);
-                for (size_t i = 0; i < nc; i++) {
-                    const bool past = i >= (size_t)(pos0 + n) * kv_dim;
-                    kc[i] = past ? NAN : rng_normal();
-                    vc[i] = past ? NAN : rng_normal();
-                }
-                for (size_t i = 0; i < nq; i++) q[i] = 2 * rng_normal(); // peaked softmaxes too
-                reference(q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
-                char what[128];
-                if (have512) {
-                    float *scratch = st_xmalloc(sizeof(float) * attention_scratch_floats(3, n, pos0, n_head, n_head_kv, hd));
+        for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
+                    const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
+                    const int n = ns[ni], pos0 = pos0s[pi], kv_dim = n_head_kv * hd, n_ctx = pos0 + n + 5;
+                    if (n_head == 32 && n > 17) continue; // the wide case once per length is enough
+                    if (vi > 0 && ci % 2) continue;       // the variants on half the head shapes
+                    const struct attn_params ap = {var[vi].scale_mul / sqrtf((float)hd), var[vi].softcap,
+                                                   var[vi].window};
+                    const size_t nc = (size_t)n_ctx * kv_dim, nq = (size_t)n * n_head * hd;
+                    float *kc = st_xmalloc(sizeof(float) * nc), *vc = st_xmalloc(sizeof(float) * nc);
+                    float *q = st_xmalloc(sizeof(float) * nq), *got = st_xmalloc(sizeof(float) * nq);
+                    double *want = st_xmalloc(sizeof(double) * nq);
+                    for (size_t i = 0; i < nc; i++) {
+                        const bool past = i >= (size_t)(pos0 + n) * kv_dim;
+                        kc[i] = past ? NAN : rng_normal();
+                        vc[i] = past ? NAN : rng_normal();
+                    }
+                    for (size_t i = 0; i < nq; i++) q[i] = 2 * rng_normal(); // peaked softmaxes too
+                    reference(q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
+                    char what[128];
+                    if (have512) {
+                        float *scratch = st_xmalloc(
+                            sizeof(float) * attention_scratch_floats(3, n, pos0, n_head, n_head_kv, hd));
+                        for (size_t i = 0; i < nq; i++) got[i] = NAN;
+                        attention_avx512(tp, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap, scratch);
+                        snprintf(what, sizeof what,
+                                 "avx512 heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
+                                 n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
+                        CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
+                        free(scratch);
+                    }
                     for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                    attention_avx512(tp, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap, scratch);
-                    snprintf(what, sizeof what, "avx512 heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d",
-                             n_head, n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
+                    be->attention(be, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap);
+                    snprintf(what, sizeof what,
+                             "backend cpu heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
+                             n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
                     CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
-                    free(scratch);
+                    if (n > 1) { // the same queries one at a time: identical bits
+                        float *one = st_xmalloc(sizeof(float) * nq);
+                        const size_t row = (size_t)n_head * hd;
+                        for (int t = 0; t < n; t++)
+                            be->attention(be, q + t * row, kc, vc, one + t * row, 1, pos0 + t, n_head,
+                                          n_head_kv, hd, &ap);
+                        CHECK(!memcmp(one, got, sizeof(float) * nq),
+                              "%s: one query at a time gives other bits", what);
+                        free(one);
+                    }
+                    cases++;
+                    free(kc), free(vc), free(q), free(got), free(want);
                 }
-                for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                be->attention(be, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap);
-                snprintf(what, sizeof what, "backend cpu heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d",
-                         n_head, n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
-                CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
-                if (n > 1) { // the same queries one at a time: identical bits
-                    float *one = st_xmalloc(sizeof(float) * nq);
-                    const size_t row = (size_t)n_head * hd;
-                    for (int t = 0; t < n; t++)
-                        be->attention(be, q + t * row, kc, vc, one + t * row, 1, pos0 + t, n_head, n_head_kv, hd, &ap);
-                    CHECK(!memcmp(one, got, sizeof(float) * nq), "%s: one query at a time gives other bits", what);
-                    free(one);
-                }
-                cases++;
-                free(kc), free(vc), free(q), free(got), free(want);
-            }
     printf("  %d cases (%s)\n", cases, have512 ? "AVX-512 kernels and the backend op" : "the backend op");
     be->free(be);
     threadpool_free(tp);
@@ -144,7 +152,8 @@ int main(void) {
     const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
                                                 : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     rng_state = seed;
-    printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed, (unsigned long long)seed);
+    printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
     RUN(test_attention_cases);
     TEST_END();
 }

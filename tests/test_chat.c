@@ -91,19 +91,22 @@ static void print_escaped(const char *label, const char *s) {
     printf("      %s: \"", label);
     for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '\n') printf("\\n");
-        else if (c < 0x20) printf("\\x%02x", c);
-        else putchar(c);
+        if (c == '\n')
+            printf("\\n");
+        else if (c < 0x20)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
     }
     printf("\"\n");
 }
 
 // What one fixture's cases came to.
 struct fixture_count {
-    int cases;    // case lines read
-    int equal;    // rendered byte-equal to Jinja's expected text
-    int refused;  // Jinja raised and chat_render refused with a message
-    int differ;   // anything else
+    int cases;   // case lines read
+    int equal;   // rendered byte-equal to Jinja's expected text
+    int refused; // Jinja raised and chat_render refused with a message
+    int differ;  // anything else
 };
 
 static struct fixture_count family_counts[CHAT_TEMPLATE_COUNT];
@@ -166,14 +169,13 @@ static void check_fixture(int fi) {
         } else if (strcmp(key, "default_system") == 0) {
             def = unhex(rest);
             if (detected == 0)
-                CHECK(strcmp(fmt.default_system, def) == 0, "%s: default system \"%s\", want \"%s\"",
-                      name, fmt.default_system, def);
+                CHECK(strcmp(fmt.default_system, def) == 0, "%s: default system \"%s\", want \"%s\"", name,
+                      fmt.default_system, def);
         } else if (strcmp(key, "render") == 0) {
             render = atoi(rest);
         } else if (strcmp(key, "case") == 0) {
             case_free(&c);
-            CHECK(sscanf(rest, "%d %d %3s", &c.add_gen, &c.n, c.think) == 3, "%s: bad case line",
-                  name);
+            CHECK(sscanf(rest, "%d %d %3s", &c.add_gen, &c.n, c.think) == 3, "%s: bad case line", name);
             ST_ASSERT(c.n >= 0 && c.n <= 16);
             msg_i = 0;
         } else if (strcmp(key, "msg") == 0) {
@@ -204,8 +206,9 @@ static void check_fixture(int fi) {
             }
             if (!ok) {
                 cnt.differ++;
-                CHECK(ok, "%s case %d (%d messages, add_generation_prompt %d, enable_thinking %s) "
-                          "differs from Jinja",
+                CHECK(ok,
+                      "%s case %d (%d messages, add_generation_prompt %d, enable_thinking %s) "
+                      "differs from Jinja",
                       name, cnt.cases, c.n, c.add_gen, c.think);
                 for (int i = 0; i < c.n; i++) print_escaped(c.msgs[i].role, c.msgs[i].content);
                 print_escaped("want", c.expect ? c.expect : "(raises)");
@@ -240,8 +243,7 @@ static void test_fixtures(void) {
     for (int k = 0; k < CHAT_TEMPLATE_COUNT; k++) {
         const struct fixture_count *fc = &family_counts[k];
         printf("    %-18s %4d cases: %4d byte-equal, %3d refused, %d differ\n",
-               chat_template_name((enum chat_template)k), fc->cases, fc->equal, fc->refused,
-               fc->differ);
+               chat_template_name((enum chat_template)k), fc->cases, fc->equal, fc->refused, fc->differ);
         CHECK(fc->equal > 0, "family %s: no fixture case rendered and compared",
               chat_template_name((enum chat_template)k));
         all.cases += fc->cases;
@@ -268,8 +270,7 @@ static void test_unknown_templates(void) {
         int rc = chat_detect(unknown[i], strlen(unknown[i]), &fmt);
         CHECK(rc == -1, "template %zu detected as %s", i, chat_template_name(fmt.kind));
         const char *e = st_last_error();
-        CHECK(strstr(e, "{% for message in messages %}") != NULL, "message lacks the template start: %s",
-              e);
+        CHECK(strstr(e, "{% for message in messages %}") != NULL, "message lacks the template start: %s", e);
         for (int k = 0; k < CHAT_TEMPLATE_COUNT; k++)
             CHECK(strstr(e, chat_template_name((enum chat_template)k)) != NULL,
                   "message lacks the family %s: %s", chat_template_name((enum chat_template)k), e);
@@ -391,14 +392,14 @@ static void test_dates(void) {
     size_t len;
     struct chat_format fmt;
     char *l31 = read_file("tests/reference/templates/llama3_1_instruct.jinja", &len);
-    CHECK(l31 && chat_detect_on(l31, len, (struct chat_date){2031, 12, 9}, &fmt) == 0,
-          "llama3.1: %s", st_last_error());
+    CHECK(l31 && chat_detect_on(l31, len, (struct chat_date){2031, 12, 9}, &fmt) == 0, "llama3.1: %s",
+          st_last_error());
     CHECK(strcmp(fmt.date_string, "26 Jul 2024") == 0, "llama3.1 date \"%s\"", fmt.date_string);
     free(l31);
 
     char *l32 = read_file("tests/reference/templates/llama3_2_instruct.jinja", &len);
-    CHECK(l32 && chat_detect_on(l32, len, (struct chat_date){2031, 12, 9}, &fmt) == 0,
-          "llama3.2: %s", st_last_error());
+    CHECK(l32 && chat_detect_on(l32, len, (struct chat_date){2031, 12, 9}, &fmt) == 0, "llama3.2: %s",
+          st_last_error());
     CHECK(fmt.kind == CHAT_TEMPLATE_LLAMA31 && strcmp(fmt.date_string, "09 Dec 2031") == 0,
           "llama3.2 date \"%s\"", fmt.date_string);
     // chat_detect uses the local date, as strftime() formats it in the C locale.
@@ -409,10 +410,8 @@ static void test_dates(void) {
     strftime(want, sizeof(want), "%d %b %Y", &tm);
     CHECK(l32 && chat_detect(l32, len, &fmt) == 0, "llama3.2: %s", st_last_error());
     // (a midnight between the two calls would differ by a day; not worth a retry)
-    CHECK(strcmp(fmt.date_string, want) == 0, "llama3.2 today \"%s\", want \"%s\"", fmt.date_string,
-          want);
-    CHECK(l32 && chat_detect_on(l32, len, (struct chat_date){2031, 13, 9}, &fmt) == -1,
-          "month 13 accepted");
+    CHECK(strcmp(fmt.date_string, want) == 0, "llama3.2 today \"%s\", want \"%s\"", fmt.date_string, want);
+    CHECK(l32 && chat_detect_on(l32, len, (struct chat_date){2031, 13, 9}, &fmt) == -1, "month 13 accepted");
     free(l32);
 
     char *v7 = read_file("tests/reference/templates/mistral_v7_tekken.jinja", &len);
@@ -445,8 +444,7 @@ static void test_by_name(void) {
         bool def = k == CHAT_TEMPLATE_QWEN25, date = k == CHAT_TEMPLATE_LLAMA31;
         CHECK((fmt.default_system[0] != '\0') == def && (fmt.date_string[0] != '\0') == date,
               "by name %s: default \"%s\", date \"%s\"", name, fmt.default_system, fmt.date_string);
-        CHECK(chat_has_thinking((enum chat_template)k) == (k == CHAT_TEMPLATE_QWEN3), "thinking %s",
-              name);
+        CHECK(chat_has_thinking((enum chat_template)k) == (k == CHAT_TEMPLATE_QWEN3), "thinking %s", name);
     }
     struct chat_format fmt;
     CHECK(chat_format_by_name("qwen2.5", &fmt) == 0 &&
@@ -455,8 +453,8 @@ static void test_by_name(void) {
           "qwen2.5 default \"%s\"", fmt.default_system);
     CHECK(chat_format_by_name("llama3.1", &fmt) == 0 && strcmp(fmt.date_string, "26 Jul 2024") == 0,
           "llama3.1 date \"%s\"", fmt.date_string);
-    CHECK(chat_format_by_name("mistral", &fmt) == 0 && fmt.kind == CHAT_TEMPLATE_MISTRAL_V1,
-          "mistral is %s", chat_template_name(fmt.kind));
+    CHECK(chat_format_by_name("mistral", &fmt) == 0 && fmt.kind == CHAT_TEMPLATE_MISTRAL_V1, "mistral is %s",
+          chat_template_name(fmt.kind));
     CHECK(chat_format_by_name("gemma", &fmt) == 0 && fmt.kind == CHAT_TEMPLATE_GEMMA3, "gemma is %s",
           chat_template_name(fmt.kind));
     CHECK(chat_format_by_name("vicuna", &fmt) == -1, "vicuna accepted");
@@ -483,10 +481,9 @@ static void test_render_errors(void) {
 
     // Templates that write BOS refuse to render without its text.
     struct chat_message user[] = {{"user", "hi"}};
-    const char *need_bos[] = {"llama2",     "llama3",           "llama3.1",
-                              "mistral-v1", "mistral-legacy",   "mistral-v3",
-                              "mistral-v3-tekken", "mistral-v7-tekken", "gemma2",
-                              "gemma3"};
+    const char *need_bos[] = {"llama2",         "llama3",     "llama3.1",          "mistral-v1",
+                              "mistral-legacy", "mistral-v3", "mistral-v3-tekken", "mistral-v7-tekken",
+                              "gemma2",         "gemma3"};
     for (size_t i = 0; i < sizeof(need_bos) / sizeof(need_bos[0]); i++) {
         chat_format_by_name(need_bos[i], &fmt);
         CHECK(chat_render(&fmt, user, 1, true) == NULL, "%s rendered without BOS", need_bos[i]);

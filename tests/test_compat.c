@@ -70,10 +70,14 @@ static uint32_t model_v_perm_b32(uint32_t s0, uint32_t s1, uint32_t s2) {
     for (int n = 0; n < 4; n++) {
         unsigned sel = (s2 >> (8 * n)) & 0xffu;
         uint32_t byte;
-        if (sel >= 13) byte = 0xff;
-        else if (sel == 12) byte = 0x00;
-        else if (sel >= 8) byte = ((data >> (16 * (sel - 8) + 15)) & 1) ? 0xff : 0x00;
-        else byte = (uint32_t)(data >> (8 * sel)) & 0xff;
+        if (sel >= 13)
+            byte = 0xff;
+        else if (sel == 12)
+            byte = 0x00;
+        else if (sel >= 8)
+            byte = ((data >> (16 * (sel - 8) + 15)) & 1) ? 0xff : 0x00;
+        else
+            byte = (uint32_t)(data >> (8 * sel)) & 0xff;
         d |= byte << (8 * n);
     }
     return d;
@@ -103,8 +107,7 @@ static uint32_t model_vsubss4(uint32_t a, uint32_t b) {
 }
 
 // --- dp4a ------------------------------------------------------------------------------------
-static const int32_t acc_cases[] = {0, 1, -1, 123456789, INT32_MAX, INT32_MIN, INT32_MAX - 3,
-                                    INT32_MIN + 5};
+static const int32_t acc_cases[] = {0, 1, -1, 123456789, INT32_MAX, INT32_MIN, INT32_MAX - 3, INT32_MIN + 5};
 #define N_ACC ((int)(sizeof acc_cases / sizeof acc_cases[0]))
 
 // Every word whose four bytes are edge values, as both operands: 5^8 pairs.
@@ -117,8 +120,7 @@ static void test_dp4a_edge_bytes_exhaustive(void) {
             for (int i2 = 0; i2 < 5; i2++)
                 for (int i3 = 0; i3 < 5; i3++)
                     words[n++] = (uint32_t)(uint8_t)edge[i0] | (uint32_t)(uint8_t)edge[i1] << 8 |
-                                 (uint32_t)(uint8_t)edge[i2] << 16 |
-                                 (uint32_t)(uint8_t)edge[i3] << 24;
+                                 (uint32_t)(uint8_t)edge[i2] << 16 | (uint32_t)(uint8_t)edge[i3] << 24;
     long bad = 0;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
@@ -126,8 +128,7 @@ static void test_dp4a_edge_bytes_exhaustive(void) {
             int32_t want = model_dp4a(words[i], words[j], c);
             int got = st_dp4a_portable((int)words[i], (int)words[j], c);
             if (got != want && bad++ == 0)
-                CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", words[i], words[j], c, got,
-                      want);
+                CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", words[i], words[j], c, got, want);
         }
     CHECK(bad == 0, "%ld of %d edge-byte pairs wrong", bad, n * n);
 }
@@ -140,8 +141,7 @@ static void test_dp4a_random(void) {
         if (i % 4 == 0) c = acc_cases[i / 4 % N_ACC];
         int32_t want = model_dp4a(a, b, c);
         int got = st_dp4a_portable((int)a, (int)b, c);
-        if (got != want && bad++ == 0)
-            CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", a, b, c, got, want);
+        if (got != want && bad++ == 0) CHECK(0, "dp4a(0x%08x, 0x%08x, %d) = %d, want %d", a, b, c, got, want);
     }
     CHECK(bad == 0, "%ld random cases wrong", bad);
 }
@@ -172,8 +172,8 @@ static void test_byte_perm_all_selectors(void) {
             uint32_t want = model_byte_perm(xs[k], ys[k], sel);
             uint32_t got = st_byte_perm_portable(xs[k], ys[k], sel);
             if (got != want && bad++ == 0)
-                CHECK(0, "byte_perm(0x%08x, 0x%08x, 0x%08x) = 0x%08x, want 0x%08x", xs[k], ys[k],
-                      sel, got, want);
+                CHECK(0, "byte_perm(0x%08x, 0x%08x, 0x%08x) = 0x%08x, want 0x%08x", xs[k], ys[k], sel, got,
+                      want);
         }
     CHECK(bad == 0, "%ld selector cases wrong", bad);
 }
@@ -203,7 +203,8 @@ static void test_amd_perm_translation(void) {
             uint32_t want = model_byte_perm(x, y, sel);
             uint32_t got = model_v_perm_b32(y, x, st_amd_perm_selector(sel));
             if (got != want && bad++ == 0)
-                CHECK(0, "v_perm_b32 of selector 0x%08x (from 0x%08x) on x=0x%08x y=0x%08x "
+                CHECK(0,
+                      "v_perm_b32 of selector 0x%08x (from 0x%08x) on x=0x%08x y=0x%08x "
                       "gives 0x%08x, __byte_perm gives 0x%08x",
                       st_amd_perm_selector(sel), sel, x, y, got, want);
         }
@@ -213,9 +214,7 @@ static void test_amd_perm_translation(void) {
 
 // --- 16-entry byte table ----------------------------------------------------------------------
 // Model: entry e of the table {t0, t1, t2, t3} is byte e % 4 of word e / 4.
-static uint8_t model_entry(const uint32_t t[4], unsigned e) {
-    return (uint8_t)(t[e / 4] >> (8 * (e % 4)));
-}
+static uint8_t model_entry(const uint32_t t[4], unsigned e) { return (uint8_t)(t[e / 4] >> (8 * (e % 4))); }
 
 // The IQ4_NL codebook as GGUF defines it, then tables with every byte different.
 static void lut_table(int k, uint32_t t[4]) {
@@ -241,8 +240,7 @@ static void test_lut16_exhaustive(void) {
             uint32_t want = 0;
             for (int n = 0; n < 4; n++) want |= (uint32_t)model_entry(t, (x >> (8 * n)) & 0xfu) << (8 * n);
             uint32_t got = st_lut16_portable(x, t[0], t[1], t[2], t[3]);
-            if (got != want && bad++ == 0)
-                CHECK(0, "lut16(0x%08x) = 0x%08x, want 0x%08x", x, got, want);
+            if (got != want && bad++ == 0) CHECK(0, "lut16(0x%08x) = 0x%08x, want 0x%08x", x, got, want);
         }
     }
     CHECK(bad == 0, "%ld index words wrong", bad);
@@ -266,10 +264,11 @@ static void test_lut16x8(void) {
             uint32_t lo, hi, plo, phi;
             st_lut16x8_portable(q, t[0], t[1], t[2], t[3], &lo, &hi);
             ST_LUT16X8_BY_PERM(st_byte_perm_portable, q, t[0], t[1], t[2], t[3], plo, phi);
-            if ((lo != want_lo || hi != want_hi || plo != want_lo || phi != want_hi) &&
-                bad++ == 0)
-                CHECK(0, "lut16x8(0x%08x): tree 0x%08x 0x%08x, permutes 0x%08x 0x%08x, want "
-                      "0x%08x 0x%08x", q, lo, hi, plo, phi, want_lo, want_hi);
+            if ((lo != want_lo || hi != want_hi || plo != want_lo || phi != want_hi) && bad++ == 0)
+                CHECK(0,
+                      "lut16x8(0x%08x): tree 0x%08x 0x%08x, permutes 0x%08x 0x%08x, want "
+                      "0x%08x 0x%08x",
+                      q, lo, hi, plo, phi, want_lo, want_hi);
         }
     }
     CHECK(bad == 0, "%ld words wrong", bad);

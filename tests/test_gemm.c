@@ -62,14 +62,23 @@ static uint8_t *random_weight(enum ggml_type t, int64_t rows, int64_t cols, size
     for (size_t i = 0; i < bytes; i++) d[i] = (uint8_t)rng_u64();
     int off[2], n_off;
     switch (t) {
-    case GGML_TYPE_Q4_1: off[0] = 0, off[1] = 2, n_off = 2; break;
-    case GGML_TYPE_Q4_K: off[0] = 0, off[1] = 2, n_off = 2; break;
-    case GGML_TYPE_Q6_K: off[0] = 208, n_off = 1; break;
-    default: off[0] = 0, n_off = 1; break; // Q4_0, Q8_0
+    case GGML_TYPE_Q4_1:
+        off[0] = 0, off[1] = 2, n_off = 2;
+        break;
+    case GGML_TYPE_Q4_K:
+        off[0] = 0, off[1] = 2, n_off = 2;
+        break;
+    case GGML_TYPE_Q6_K:
+        off[0] = 208, n_off = 1;
+        break;
+    default:
+        off[0] = 0, n_off = 1;
+        break; // Q4_0, Q8_0
     }
     for (size_t b = 0; b < nblk; b++)
         for (int k = 0; k < n_off; k++)
-            put_half(d + b * qt->type_size + off[k], (float)((0.5 + rng_unit()) * (rng_u64() & 1 ? -1 : 1) / 64.0));
+            put_half(d + b * qt->type_size + off[k],
+                     (float)((0.5 + rng_unit()) * (rng_u64() & 1 ? -1 : 1) / 64.0));
     return d;
 }
 
@@ -98,7 +107,8 @@ static double offset_mag(enum ggml_type t, const uint8_t *row, int64_t c) {
         const struct block_q6_K *b = (const struct block_q6_K *)row + c / QK_K;
         return 32 * fabs(st_fp16_to_f32(b->d) * b->scales[(c % QK_K) / 16]);
     }
-    default: ST_ASSERT(0);
+    default:
+        ST_ASSERT(0);
     }
 }
 
@@ -109,8 +119,8 @@ struct oracle {
     double *bound; // (n, rows)
 };
 
-static struct oracle make_oracle(enum ggml_type t, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols,
-                                 const struct gemm_act *a) {
+static struct oracle make_oracle(enum ggml_type t, const uint8_t *w, size_t row_bytes, int64_t rows,
+                                 int64_t cols, const struct gemm_act *a) {
     struct oracle o = {st_xmalloc(sizeof(double) * (size_t)a->n * rows),
                        st_xmalloc(sizeof(double) * (size_t)a->n * rows)};
     float *deq = st_xmalloc(sizeof(float) * (size_t)cols);
@@ -201,7 +211,8 @@ static void test_quantizer(void) {
             random_acts(x, (size_t)n * cols);
             void *buf;
             struct gemm_act a = quantize(x, n, cols, gt, &buf);
-            CHECK(a.bias_n == kinds[ki].n && a.bias_mul == kinds[ki].mul && (a.bias != NULL) == (a.bias_n > 0),
+            CHECK(a.bias_n == kinds[ki].n && a.bias_mul == kinds[ki].mul &&
+                      (a.bias != NULL) == (a.bias_n > 0),
                   "%s: bias %d x %d", quant_name(types[gt]), a.bias_n, a.bias_mul);
             const int64_t nb = cols / 32;
             int bad = 0;
@@ -220,7 +231,8 @@ static void test_quantizer(void) {
                     int sum[2] = {0, 0};
                     for (int i = 0; i < 32; i++) {
                         const double err = fabs((double)xb[i] - (double)a.d[ib] * q[i]);
-                        if (q[i] < -127 || err > d0 * (0.5 + 381 * 0x1p-24) + fabs((double)d - d0) * 127 + 1e-30)
+                        if (q[i] < -127 ||
+                            err > d0 * (0.5 + 381 * 0x1p-24) + fabs((double)d - d0) * 127 + 1e-30)
                             bad++;
                         sum[i / 16] += q[i];
                     }
@@ -228,10 +240,12 @@ static void test_quantizer(void) {
                                           : d0 * (float)(sum[0] + sum[1]);
                     if (a.d[ib] != d || a.s[ib] != sw) bad++;
                     if (a.bias_n == 1 && a.bias[ib] != a.bias_mul * (sum[0] + sum[1])) bad++;
-                    if (a.bias_n == 2 && (a.bias[2 * ib] != a.bias_mul * sum[0] || a.bias[2 * ib + 1] != a.bias_mul * sum[1]))
+                    if (a.bias_n == 2 &&
+                        (a.bias[2 * ib] != a.bias_mul * sum[0] || a.bias[2 * ib + 1] != a.bias_mul * sum[1]))
                         bad++;
                 }
-            CHECK(bad == 0, "cols %lld: %d quantized blocks or values out of their bounds", (long long)cols, bad);
+            CHECK(bad == 0, "cols %lld: %d quantized blocks or values out of their bounds", (long long)cols,
+                  bad);
             for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
                 if (!gemm_isa_available((enum gemm_isa)isa)) continue;
                 const size_t bytes = gemm_act_bytes(n, cols, gt);
@@ -240,7 +254,8 @@ static void test_quantizer(void) {
                 struct gemm_act b;
                 gemm_act_layout(&b, buf2, n, cols, gt);
                 gemm_quantizer((enum gemm_isa)isa)(x, &b, 0, n);
-                const bool same = !memcmp(a.qs, b.qs, (size_t)n * cols) && !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
+                const bool same = !memcmp(a.qs, b.qs, (size_t)n * cols) &&
+                                  !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
                                   !memcmp(a.s, b.s, sizeof(float) * n * nb) &&
                                   (!a.bias_n || !memcmp(a.bias, b.bias, sizeof(int32_t) * n * nb * a.bias_n));
                 CHECK(same, "cols %lld: the %s quantizer differs from the scalar one", (long long)cols,
@@ -290,7 +305,8 @@ static void kernel_case(enum ggml_type t, int64_t rows, int64_t cols, int n) {
                     const bool inside = tk >= 1 && r >= GEMM_R;
                     if (inside ? !(fabs((double)y[i] - o.y[i]) <= o.bound[i]) : !isnan(y[i])) wrong++;
                 }
-            CHECK(wrong == 0, "%s, tokens 1.. and groups 1..: %d elements wrong or written outside", what, wrong);
+            CHECK(wrong == 0, "%s, tokens 1.. and groups 1..: %d elements wrong or written outside", what,
+                  wrong);
         }
         n_kernel_cases++;
     }
@@ -307,8 +323,8 @@ static void test_kernels(void) {
     static const int64_t shapes32[][3] = {{1, 32, 1},   {15, 64, 3},   {16, 96, 8},   {17, 128, 9},
                                           {40, 576, 5}, {33, 160, 17}, {130, 64, 67}, {48, 2048, 2},
                                           {11, 96, 4},  {19, 64, 12}};
-    static const int64_t shapes256[][3] = {{1, 256, 1},  {15, 512, 3},   {16, 256, 8}, {17, 768, 9},
-                                           {40, 512, 5}, {33, 256, 17},  {130, 256, 20}, {24, 2048, 2},
+    static const int64_t shapes256[][3] = {{1, 256, 1},  {15, 512, 3},  {16, 256, 8},   {17, 768, 9},
+                                           {40, 512, 5}, {33, 256, 17}, {130, 256, 20}, {24, 2048, 2},
                                            {11, 256, 4}, {19, 512, 12}};
     for (int k = 0; k < GEMM_N_TYPES; k++) {
         const bool k_quant = quant_get(types[k])->block_size == QK_K;
@@ -330,7 +346,14 @@ static void test_driver(void) {
             const int n = (int)shapes[si][2];
             size_t row_bytes;
             uint8_t *wd = random_weight(t, rows, cols, &row_bytes);
-            struct weight w = {.name = "w", .name_len = 1, .type = t, .cols = cols, .rows = rows, .n_expert = 1, .row_bytes = row_bytes, .data = wd};
+            struct weight w = {.name = "w",
+                               .name_len = 1,
+                               .type = t,
+                               .cols = cols,
+                               .rows = rows,
+                               .n_expert = 1,
+                               .row_bytes = row_bytes,
+                               .data = wd};
             float *x = st_xmalloc(sizeof(float) * (size_t)n * cols);
             random_acts(x, (size_t)n * cols);
             void *abuf;
@@ -356,10 +379,12 @@ static void test_driver(void) {
                         float *one = st_xmalloc(sizeof(float) * (size_t)rows);
                         int differ = 0;
                         for (int t = 0; t < n; t++) {
-                            gemm_matmul(tp, gemm_isa_best(), gw, x + (size_t)t * cols, one, 1, &scratch, &cap);
+                            gemm_matmul(tp, gemm_isa_best(), gw, x + (size_t)t * cols, one, 1, &scratch,
+                                        &cap);
                             differ += memcmp(one, y + (size_t)t * rows, sizeof(float) * (size_t)rows) != 0;
                         }
-                        CHECK(differ == 0, "%s: %d tokens give other bits alone than in the batch", what, differ);
+                        CHECK(differ == 0, "%s: %d tokens give other bits alone than in the batch", what,
+                              differ);
                         free(one);
                     }
                     free(scratch);
@@ -385,7 +410,14 @@ static void test_cache(void) {
     size_t row_bytes = 0;
     for (int i = 0; i < N; i++) {
         data[i] = random_weight(GGML_TYPE_Q4_0, 3, 32, &row_bytes);
-        ws[i] = (struct weight){.name = "w", .name_len = 1, .type = GGML_TYPE_Q4_0, .cols = 32, .rows = 3, .n_expert = 1, .row_bytes = row_bytes, .data = data[i]};
+        ws[i] = (struct weight){.name = "w",
+                                .name_len = 1,
+                                .type = GGML_TYPE_Q4_0,
+                                .cols = 32,
+                                .rows = 3,
+                                .n_expert = 1,
+                                .row_bytes = row_bytes,
+                                .data = data[i]};
         CHECK(gemm_cache_add(c, tp, &ws[i]) == 0, "add %d: %s", i, st_last_error());
     }
     CHECK(gemm_cache_add(c, tp, &ws[0]) == 0, "adding twice is a no-op");
@@ -396,7 +428,14 @@ static void test_cache(void) {
         if ((i % 3 == 0) != (g == NULL) || (g && g->rows != 3)) wrong++;
     }
     CHECK(wrong == 0, "%d weights found or lost wrongly after removals", wrong);
-    struct weight f32 = {.name = "w", .name_len = 1, .type = GGML_TYPE_F32, .cols = 32, .rows = 3, .n_expert = 1, .row_bytes = 128, .data = data[1]};
+    struct weight f32 = {.name = "w",
+                         .name_len = 1,
+                         .type = GGML_TYPE_F32,
+                         .cols = 32,
+                         .rows = 3,
+                         .n_expert = 1,
+                         .row_bytes = 128,
+                         .data = data[1]};
     CHECK(gemm_cache_add(c, tp, &f32) == 0, "an unsupported type is left alone");
     gemm_cache_free(c);
     threadpool_free(tp);
@@ -418,7 +457,8 @@ int main(void) {
     const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
                                                 : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     rng_state = seed;
-    printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed, (unsigned long long)seed);
+    printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
     RUN(test_isa);
     RUN(test_quantizer);
     RUN(test_kernels);

@@ -54,8 +54,8 @@ static uint64_t after_str(const uint8_t *buf, uint64_t n, const char *s) {
 }
 
 // Opening buf must fail with a message that names the file and holds each needle.
-static void expect_fail_(const uint8_t *buf, uint64_t n, const char *what, const char *needle1, const char *needle2,
-                         int line) {
+static void expect_fail_(const uint8_t *buf, uint64_t n, const char *what, const char *needle1,
+                         const char *needle2, int line) {
     struct gguf_file *f = (struct gguf_file *)1;
     int rc = gguf_open_memory(buf, n, NAME, &f);
     const char *e = st_last_error();
@@ -95,12 +95,14 @@ static uint8_t *small_file(uint64_t *n) {
         {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_INT16, .count = 2, .data = le0}},
         {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_INT16, .count = 1, .data = le1}},
     };
-    struct gguf_value nested = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 2, .items = inner}};
+    struct gguf_value nested = {.type = GGUF_VTYPE_ARRAY,
+                                .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 2, .items = inner}};
     gguf_writer_add_value(w, "nested", &nested);
     uint8_t q8[34];
     for (int i = 0; i < 34; i++) q8[i] = (uint8_t)(i * 7);
     uint16_t f16[3] = {0x3c00, 0xc000, 0x7bff};
-    CHECK(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, (int64_t[]){4, 2}, tensor_a) == 0, "%s", st_last_error());
+    CHECK(gguf_writer_add_tensor(w, "a", GGML_TYPE_F32, 2, (int64_t[]){4, 2}, tensor_a) == 0, "%s",
+          st_last_error());
     CHECK(gguf_writer_add_tensor(w, "b", GGML_TYPE_Q8_0, 1, (int64_t[]){32}, q8) == 0, "%s", st_last_error());
     CHECK(gguf_writer_add_tensor(w, "c", GGML_TYPE_F16, 1, (int64_t[]){3}, f16) == 0, "%s", st_last_error());
     return write_mem(w, n);
@@ -114,31 +116,41 @@ static void test_small_file(void) {
     struct gguf_file *f = open_ok(buf, n);
     if (f) {
         CHECK(f->version == 3 && f->n_kv == 7 && f->n_tensors == 3 && f->alignment == 32, "header");
-        CHECK(f->data_offset % 32 == 0 && f->size == n, "data offset %llu", (unsigned long long)f->data_offset);
+        CHECK(f->data_offset % 32 == 0 && f->size == n, "data offset %llu",
+              (unsigned long long)f->data_offset);
         struct gguf_str s;
         uint32_t u;
         float x;
         bool b;
-        CHECK(gguf_get_str(f, "general.architecture", &s) == 0 && s.len == 5 && memcmp(s.data, "llama", 5) == 0, "arch");
+        CHECK(gguf_get_str(f, "general.architecture", &s) == 0 && s.len == 5 &&
+                  memcmp(s.data, "llama", 5) == 0,
+              "arch");
         CHECK(gguf_get_u32(f, "answer", &u) == 0 && u == 42, "answer");
         CHECK(gguf_get_f32(f, "pi", &x) == 0 && x == 3.25f, "pi");
         CHECK(gguf_get_bool(f, "flag", &b) == 0 && b, "flag");
         const struct gguf_array *a;
-        CHECK(gguf_get_arr(f, "ints", GGUF_VTYPE_INT32, &a) == 0 && a->count == 3 && gguf_array_int(a, 1) == -2, "ints");
-        CHECK(gguf_get_arr(f, "strs", GGUF_VTYPE_STRING, &a) == 0 && a->count == 3 && a->items[1].v.str.len == 2 &&
-                  memcmp(a->items[1].v.str.data, "bc", 2) == 0 && a->items[2].v.str.len == 0, "strs");
+        CHECK(gguf_get_arr(f, "ints", GGUF_VTYPE_INT32, &a) == 0 && a->count == 3 &&
+                  gguf_array_int(a, 1) == -2,
+              "ints");
+        CHECK(gguf_get_arr(f, "strs", GGUF_VTYPE_STRING, &a) == 0 && a->count == 3 &&
+                  a->items[1].v.str.len == 2 && memcmp(a->items[1].v.str.data, "bc", 2) == 0 &&
+                  a->items[2].v.str.len == 0,
+              "strs");
         CHECK(gguf_get_arr(f, "nested", GGUF_VTYPE_ARRAY, &a) == 0 && a->count == 2, "nested");
         if (a && a->count == 2) {
             const struct gguf_array *a0 = &a->items[0].v.arr, *a1 = &a->items[1].v.arr;
             CHECK(a0->type == GGUF_VTYPE_INT16 && a0->count == 2 && gguf_array_int(a0, 1) == -6, "nested[0]");
-            CHECK(a1->count == 1 && gguf_array_int(a1, 0) == 7 && gguf_array_float(a1, 0) == 7.0, "nested[1]");
+            CHECK(a1->count == 1 && gguf_array_int(a1, 0) == 7 && gguf_array_float(a1, 0) == 7.0,
+                  "nested[1]");
         }
         const struct gguf_tensor *t = gguf_find_tensor(f, "a");
-        CHECK(t && t->type == GGML_TYPE_F32 && t->n_dims == 2 && t->ne[0] == 4 && t->ne[1] == 2 && t->ne[2] == 1 &&
-                  t->ne[3] == 1 && t->nbytes == 32 && memcmp(t->data, tensor_a, 32) == 0, "tensor a");
+        CHECK(t && t->type == GGML_TYPE_F32 && t->n_dims == 2 && t->ne[0] == 4 && t->ne[1] == 2 &&
+                  t->ne[2] == 1 && t->ne[3] == 1 && t->nbytes == 32 && memcmp(t->data, tensor_a, 32) == 0,
+              "tensor a");
         t = gguf_find_tensor(f, "b");
         CHECK(t && t->type == GGML_TYPE_Q8_0 && t->nbytes == 34 && t->offset % 32 == 0 &&
-                  ((const uint8_t *)t->data)[33] == (uint8_t)(33 * 7), "tensor b");
+                  ((const uint8_t *)t->data)[33] == (uint8_t)(33 * 7),
+              "tensor b");
         t = gguf_find_tensor(f, "c");
         CHECK(t && t->nbytes == 6 && (const uint8_t *)t->data + 6 == buf + n, "tensor c ends the file");
         CHECK(!gguf_find_tensor(f, "d") && !gguf_find(f, "nope") && !gguf_find(f, ""), "absent names");
@@ -174,9 +186,9 @@ static void test_every_type(void) {
         CHECK(gguf_writer_add_value(w, sc[i].key, &sc[i].v) == 0, "%s: %s", sc[i].key, st_last_error());
 
     // random arrays of each fixed type, as host values
-    enum gguf_vtype fixed[] = {GGUF_VTYPE_UINT8,  GGUF_VTYPE_INT8,   GGUF_VTYPE_UINT16, GGUF_VTYPE_INT16,
-                               GGUF_VTYPE_UINT32, GGUF_VTYPE_INT32,  GGUF_VTYPE_FLOAT32, GGUF_VTYPE_BOOL,
-                               GGUF_VTYPE_UINT64, GGUF_VTYPE_INT64,  GGUF_VTYPE_FLOAT64};
+    enum gguf_vtype fixed[] = {GGUF_VTYPE_UINT8,  GGUF_VTYPE_INT8,  GGUF_VTYPE_UINT16,  GGUF_VTYPE_INT16,
+                               GGUF_VTYPE_UINT32, GGUF_VTYPE_INT32, GGUF_VTYPE_FLOAT32, GGUF_VTYPE_BOOL,
+                               GGUF_VTYPE_UINT64, GGUF_VTYPE_INT64, GGUF_VTYPE_FLOAT64};
     int n_fixed = (int)(sizeof fixed / sizeof fixed[0]);
     static uint8_t host[11][64 * 8];
     uint64_t counts[11];
@@ -189,8 +201,10 @@ static void test_every_type(void) {
             for (uint64_t i = 0; i < counts[k]; i++) host[k][i] &= 1;
         if (fixed[k] == GGUF_VTYPE_FLOAT32 || fixed[k] == GGUF_VTYPE_FLOAT64) // finite values, so == works
             for (uint64_t i = 0; i < counts[k]; i++) {
-                if (es == 4) memcpy(host[k] + 4 * i, &(float){(float)(int32_t)rng_next() / 1024.0f}, 4);
-                else memcpy(host[k] + 8 * i, &(double){(double)(int64_t)rng_next() / 3.0}, 8);
+                if (es == 4)
+                    memcpy(host[k] + 4 * i, &(float){(float)(int32_t)rng_next() / 1024.0f}, 4);
+                else
+                    memcpy(host[k] + 8 * i, &(double){(double)(int64_t)rng_next() / 3.0}, 8);
             }
         snprintf(key, sizeof key, "arr.%s", gguf_vtype_name(fixed[k]));
         CHECK(gguf_writer_add_arr(w, key, fixed[k], host[k], counts[k]) == 0, "%s: %s", key, st_last_error());
@@ -199,16 +213,21 @@ static void test_every_type(void) {
     CHECK(gguf_writer_add_arr_str(w, "arr.str", strs, 4) == 0, "%s", st_last_error());
     CHECK(gguf_writer_add_arr_str(w, "arr.str_empty", strs, 0) == 0, "%s", st_last_error());
     // arrays of strings inside arrays
-    struct gguf_value sv[2] = {{.type = GGUF_VTYPE_STRING, .v.str = {3, "abc"}}, {.type = GGUF_VTYPE_STRING, .v.str = {1, "d"}}};
-    struct gguf_value inner = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_STRING, .count = 2, .items = sv}};
-    struct gguf_value outer = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &inner}};
+    struct gguf_value sv[2] = {{.type = GGUF_VTYPE_STRING, .v.str = {3, "abc"}},
+                               {.type = GGUF_VTYPE_STRING, .v.str = {1, "d"}}};
+    struct gguf_value inner = {.type = GGUF_VTYPE_ARRAY,
+                               .v.arr = {.type = GGUF_VTYPE_STRING, .count = 2, .items = sv}};
+    struct gguf_value outer = {.type = GGUF_VTYPE_ARRAY,
+                               .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &inner}};
     CHECK(gguf_writer_add_value(w, "arr.nested_str", &outer) == 0, "%s", st_last_error());
     // 8 levels of arrays, the reader's limit
     uint8_t leaf[4] = {9, 0, 0, 0};
     struct gguf_value lv[8];
-    lv[0] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_UINT32, .count = 1, .data = leaf}};
+    lv[0] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY,
+                                .v.arr = {.type = GGUF_VTYPE_UINT32, .count = 1, .data = leaf}};
     for (int d = 1; d < 8; d++)
-        lv[d] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &lv[d - 1]}};
+        lv[d] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY,
+                                    .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &lv[d - 1]}};
     CHECK(gguf_writer_add_value(w, "arr.deep", &lv[7]) == 0, "%s", st_last_error());
 
     uint64_t n;
@@ -223,11 +242,14 @@ static void test_every_type(void) {
             if (!kv) continue;
             if (sc[i].v.type == GGUF_VTYPE_STRING)
                 CHECK(kv->value.v.str.len == sc[i].v.v.str.len &&
-                          (!kv->value.v.str.len || memcmp(kv->value.v.str.data, sc[i].v.v.str.data, kv->value.v.str.len) == 0),
+                          (!kv->value.v.str.len ||
+                           memcmp(kv->value.v.str.data, sc[i].v.v.str.data, kv->value.v.str.len) == 0),
                       "%s: value", sc[i].key);
             else if (sc[i].v.type == GGUF_VTYPE_FLOAT32)
                 CHECK(kv->value.v.f64 == (double)(float)sc[i].v.v.f64, "%s: value", sc[i].key);
-            else CHECK(kv->value.v.u64 == sc[i].v.v.u64, "%s: value %llx", sc[i].key, (unsigned long long)kv->value.v.u64);
+            else
+                CHECK(kv->value.v.u64 == sc[i].v.v.u64, "%s: value %llx", sc[i].key,
+                      (unsigned long long)kv->value.v.u64);
         }
         for (int k = 0; k < n_fixed; k++) {
             const struct gguf_array *a = NULL;
@@ -238,32 +260,83 @@ static void test_every_type(void) {
             for (uint64_t i = 0; i < a->count; i++) {
                 const uint8_t *h = host[k] + i * gguf_vtype_size(fixed[k]);
                 switch (fixed[k]) {
-                case GGUF_VTYPE_UINT8: same &= gguf_array_int(a, i) == *h; break;
-                case GGUF_VTYPE_INT8: same &= gguf_array_int(a, i) == *(const int8_t *)h; break;
-                case GGUF_VTYPE_BOOL: same &= gguf_array_int(a, i) == *h; break;
-                case GGUF_VTYPE_UINT16: { uint16_t v; memcpy(&v, h, 2); same &= gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_INT16: { int16_t v; memcpy(&v, h, 2); same &= gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_UINT32: { uint32_t v; memcpy(&v, h, 4); same &= gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_INT32: { int32_t v; memcpy(&v, h, 4); same &= gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_UINT64: { uint64_t v; memcpy(&v, h, 8); same &= (uint64_t)gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_INT64: { int64_t v; memcpy(&v, h, 8); same &= gguf_array_int(a, i) == v; break; }
-                case GGUF_VTYPE_FLOAT32: { float v; memcpy(&v, h, 4); same &= gguf_array_float(a, i) == v; break; }
-                case GGUF_VTYPE_FLOAT64: { double v; memcpy(&v, h, 8); same &= gguf_array_float(a, i) == v; break; }
-                default: same = false;
+                case GGUF_VTYPE_UINT8:
+                    same &= gguf_array_int(a, i) == *h;
+                    break;
+                case GGUF_VTYPE_INT8:
+                    same &= gguf_array_int(a, i) == *(const int8_t *)h;
+                    break;
+                case GGUF_VTYPE_BOOL:
+                    same &= gguf_array_int(a, i) == *h;
+                    break;
+                case GGUF_VTYPE_UINT16: {
+                    uint16_t v;
+                    memcpy(&v, h, 2);
+                    same &= gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_INT16: {
+                    int16_t v;
+                    memcpy(&v, h, 2);
+                    same &= gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_UINT32: {
+                    uint32_t v;
+                    memcpy(&v, h, 4);
+                    same &= gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_INT32: {
+                    int32_t v;
+                    memcpy(&v, h, 4);
+                    same &= gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_UINT64: {
+                    uint64_t v;
+                    memcpy(&v, h, 8);
+                    same &= (uint64_t)gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_INT64: {
+                    int64_t v;
+                    memcpy(&v, h, 8);
+                    same &= gguf_array_int(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_FLOAT32: {
+                    float v;
+                    memcpy(&v, h, 4);
+                    same &= gguf_array_float(a, i) == v;
+                    break;
+                }
+                case GGUF_VTYPE_FLOAT64: {
+                    double v;
+                    memcpy(&v, h, 8);
+                    same &= gguf_array_float(a, i) == v;
+                    break;
+                }
+                default:
+                    same = false;
                 }
             }
             CHECK(same, "%s: elements differ", key);
         }
         const struct gguf_array *a;
-        CHECK(gguf_get_arr(f, "arr.str", GGUF_VTYPE_STRING, &a) == 0 && a->count == 4 && a->items[3].v.str.len == 3 &&
-                  memcmp(a->items[2].v.str.data, "hello world", 11) == 0, "arr.str");
+        CHECK(gguf_get_arr(f, "arr.str", GGUF_VTYPE_STRING, &a) == 0 && a->count == 4 &&
+                  a->items[3].v.str.len == 3 && memcmp(a->items[2].v.str.data, "hello world", 11) == 0,
+              "arr.str");
         CHECK(gguf_get_arr(f, "arr.str_empty", GGUF_VTYPE_STRING, &a) == 0 && a->count == 0, "arr.str_empty");
         CHECK(gguf_get_arr(f, "arr.nested_str", GGUF_VTYPE_ARRAY, &a) == 0 && a->count == 1 &&
                   a->items[0].v.arr.type == GGUF_VTYPE_STRING && a->items[0].v.arr.count == 2 &&
-                  memcmp(a->items[0].v.arr.items[0].v.str.data, "abc", 3) == 0, "arr.nested_str");
+                  memcmp(a->items[0].v.arr.items[0].v.str.data, "abc", 3) == 0,
+              "arr.nested_str");
         CHECK(gguf_get_arr(f, "arr.deep", GGUF_VTYPE_ARRAY, &a) == 0, "arr.deep");
-        for (int d = 0; a && d < 7; d++) a = a->count == 1 && a->type == GGUF_VTYPE_ARRAY ? &a->items[0].v.arr : NULL;
-        CHECK(a && a->type == GGUF_VTYPE_UINT32 && a->count == 1 && gguf_array_int(a, 0) == 9, "arr.deep leaf");
+        for (int d = 0; a && d < 7; d++)
+            a = a->count == 1 && a->type == GGUF_VTYPE_ARRAY ? &a->items[0].v.arr : NULL;
+        CHECK(a && a->type == GGUF_VTYPE_UINT32 && a->count == 1 && gguf_array_int(a, 0) == 9,
+              "arr.deep leaf");
         gguf_close(f);
     }
     free(buf);
@@ -295,7 +368,8 @@ static void test_getters(void) {
         CHECK(gguf_get_u32(f, "absent", &u) == 1 && u == 123, "absent leaves out untouched");
         CHECK(gguf_get_u32(f, "u8", &u) == 0 && u == 200, "u32 from uint8");
         CHECK(gguf_get_u32(f, "pos", &u) == 0 && u == 7, "u32 from int32");
-        CHECK(gguf_get_u32(f, "neg", &u) == -1 && strstr(st_last_error(), "'neg'") && strstr(st_last_error(), "-1"),
+        CHECK(gguf_get_u32(f, "neg", &u) == -1 && strstr(st_last_error(), "'neg'") &&
+                  strstr(st_last_error(), "-1"),
               "u32 from -1: %s", st_last_error());
         CHECK(gguf_get_u32(f, "big", &u) == -1 && strstr(st_last_error(), "'big'"), "u32 from 2^40");
         CHECK(gguf_get_u32(f, "s", &u) == -1 && strstr(st_last_error(), "string"), "u32 from string");
@@ -310,15 +384,18 @@ static void test_getters(void) {
         CHECK(gguf_get_bool(f, "b", &b) == 0 && !b, "bool");
         CHECK(gguf_get_bool(f, "u8", &b) == -1, "bool from uint8");
         CHECK(gguf_get_str(f, "s", &s) == 0 && s.len == 4, "str");
-        CHECK(gguf_get_str(f, "arr", &s) == -1 && strstr(st_last_error(), "array of float32"), "str from array");
+        CHECK(gguf_get_str(f, "arr", &s) == -1 && strstr(st_last_error(), "array of float32"),
+              "str from array");
         CHECK(gguf_get_arr(f, "arr", GGUF_VTYPE_FLOAT32, &a) == 0 && gguf_array_float(a, 1) == 2.0, "arr");
         CHECK(gguf_get_arr(f, "arr", GGUF_VTYPE_INT32, &a) == -1 && strstr(st_last_error(), "array of int32"),
               "arr of the wrong element type: %s", st_last_error());
         CHECK(gguf_get_arr(f, "s", GGUF_VTYPE_STRING, &a) == -1, "arr from string");
-        CHECK(strcmp(gguf_vtype_name(GGUF_VTYPE_FLOAT64), "float64") == 0 && strcmp(gguf_vtype_name(99), "unknown") == 0,
+        CHECK(strcmp(gguf_vtype_name(GGUF_VTYPE_FLOAT64), "float64") == 0 &&
+                  strcmp(gguf_vtype_name(99), "unknown") == 0,
               "vtype names");
         CHECK(gguf_vtype_size(GGUF_VTYPE_UINT16) == 2 && gguf_vtype_size(GGUF_VTYPE_STRING) == 0 &&
-                  gguf_vtype_size(GGUF_VTYPE_COUNT) == 0, "vtype sizes");
+                  gguf_vtype_size(GGUF_VTYPE_COUNT) == 0,
+              "vtype sizes");
         gguf_close(f);
     }
     free(buf);
@@ -338,7 +415,8 @@ static void test_versions_alignments(void) {
             for (int t = 0; t < 3; t++) {
                 for (int i = 0; i < 200; i++) data[t][i] = (uint8_t)rng_next();
                 char name[8] = {'t', (char)('0' + t), 0};
-                CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_I8, 1, &ne[t], data[t]) == 0, "%s", st_last_error());
+                CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_I8, 1, &ne[t], data[t]) == 0, "%s",
+                      st_last_error());
             }
             uint64_t n;
             uint8_t *buf = write_mem(w, &n);
@@ -348,14 +426,14 @@ static void test_versions_alignments(void) {
                 continue;
             }
             uint64_t al = aligns[ai] ? aligns[ai] : 32;
-            CHECK(f->version == version && f->alignment == al && f->data_offset % al == 0, "v%u align %llu", version,
-                  (unsigned long long)al);
+            CHECK(f->version == version && f->alignment == al && f->data_offset % al == 0, "v%u align %llu",
+                  version, (unsigned long long)al);
             for (int t = 0; t < 3; t++) {
                 char name[8] = {'t', (char)('0' + t), 0};
                 const struct gguf_tensor *tt = gguf_find_tensor(f, name);
                 CHECK(tt && tt->offset % al == 0 && tt->nbytes == (uint64_t)ne[t] &&
-                          memcmp(tt->data, data[t], (size_t)ne[t]) == 0, "v%u align %llu tensor %d", version,
-                      (unsigned long long)al, t);
+                          memcmp(tt->data, data[t], (size_t)ne[t]) == 0,
+                      "v%u align %llu tensor %d", version, (unsigned long long)al, t);
             }
             gguf_close(f);
             free(buf);
@@ -368,16 +446,21 @@ static void test_writer_refuses(void) {
     CHECK(gguf_writer_add_u32(w, "k", 1) == 0, "first");
     CHECK(gguf_writer_add_u32(w, "k", 2) == -1 && strstr(st_last_error(), "twice"), "duplicate key");
     CHECK(gguf_writer_add_u32(w, "", 2) == -1, "empty key");
-    CHECK(gguf_writer_add_value(w, "bad", &(struct gguf_value){.type = GGUF_VTYPE_COUNT}) == -1, "undefined type");
-    CHECK(gguf_writer_add_value(w, "b2", &(struct gguf_value){.type = GGUF_VTYPE_BOOL, .v.u64 = 2}) == -1, "bool 2");
+    CHECK(gguf_writer_add_value(w, "bad", &(struct gguf_value){.type = GGUF_VTYPE_COUNT}) == -1,
+          "undefined type");
+    CHECK(gguf_writer_add_value(w, "b2", &(struct gguf_value){.type = GGUF_VTYPE_BOOL, .v.u64 = 2}) == -1,
+          "bool 2");
     struct gguf_value item = {.type = GGUF_VTYPE_UINT8};
-    struct gguf_value mixed = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_STRING, .count = 1, .items = &item}};
-    CHECK(gguf_writer_add_value(w, "mixed", &mixed) == -1 && strstr(st_last_error(), "element 0"), "mixed array");
+    struct gguf_value mixed = {.type = GGUF_VTYPE_ARRAY,
+                               .v.arr = {.type = GGUF_VTYPE_STRING, .count = 1, .items = &item}};
+    CHECK(gguf_writer_add_value(w, "mixed", &mixed) == -1 && strstr(st_last_error(), "element 0"),
+          "mixed array");
     CHECK(gguf_writer_add_arr(w, "s", GGUF_VTYPE_STRING, NULL, 0) == -1, "add_arr of strings");
     CHECK(gguf_writer_set_version(w, 1) == -1 && gguf_writer_set_version(w, 4) == -1, "version");
     CHECK(gguf_writer_set_alignment(w, 3) == -1 && gguf_writer_set_alignment(w, 0) == -1 &&
               gguf_writer_set_alignment(w, 1) == -1 && gguf_writer_set_alignment(w, 4) == -1 &&
-              gguf_writer_set_alignment(w, 1u << 21) == -1, "alignment");
+              gguf_writer_set_alignment(w, 1u << 21) == -1,
+          "alignment");
     int64_t ne[2] = {64, 2};
     CHECK(gguf_writer_add_tensor(w, "t", GGML_TYPE_Q4_0, 2, ne, NULL) == 0, "%s", st_last_error());
     CHECK(gguf_writer_add_tensor(w, "t", GGML_TYPE_Q4_0, 2, ne, NULL) == -1, "duplicate tensor");
@@ -385,7 +468,8 @@ static void test_writer_refuses(void) {
     CHECK(gguf_writer_add_tensor(w, "u", GGML_TYPE_Q4_0, 5, ne, NULL) == -1, "n_dims 5");
     CHECK(gguf_writer_add_tensor(w, "u", (enum ggml_type)4, 2, ne, NULL) == -1, "removed type");
     CHECK(gguf_writer_add_tensor(w, "u", GGML_TYPE_Q4_0, 1, (int64_t[]){48}, NULL) == -1 &&
-              strstr(st_last_error(), "block size"), "ne[0] 48 for Q4_0");
+              strstr(st_last_error(), "block size"),
+          "ne[0] 48 for Q4_0");
     CHECK(gguf_writer_add_tensor(w, "u", GGML_TYPE_F32, 2, (int64_t[]){4, 0}, NULL) == -1, "ne 0");
     // nothing refused was added: the file holds one key and one tensor
     uint64_t n;
@@ -411,7 +495,9 @@ static void test_truncated_everywhere(void) {
         int rc = gguf_open_memory(cut, len, NAME, &f);
         if (rc == 0) gguf_close(f);
         if (rc != -1 || strncmp(st_last_error(), NAME ": ", strlen(NAME) + 2) != 0) {
-            if (bad++ < 5) printf("    prefix of %llu bytes: rc %d, '%s'\n", (unsigned long long)len, rc, st_last_error());
+            if (bad++ < 5)
+                printf("    prefix of %llu bytes: rc %d, '%s'\n", (unsigned long long)len, rc,
+                       st_last_error());
         }
         free(cut);
     }
@@ -463,7 +549,8 @@ static void test_bad_kv(void) {
     // value string length
     at = after_str(buf, n, "general.architecture");
     memcpy(b, buf, n), put_le(b + at + 4, 1ull << 62, 8);
-    expect_fail(b, n, "string length 2^62", "key 'general.architecture' value", "string length 4611686018427387904");
+    expect_fail(b, n, "string length 2^62", "key 'general.architecture' value",
+                "string length 4611686018427387904");
     memcpy(b, buf, n), put_le(b + at, 13, 4);
     expect_fail(b, n, "value type 13", "key 'general.architecture' value type", "(13)");
     // array counts and element types
@@ -497,9 +584,11 @@ static void test_bad_kv(void) {
     struct gguf_writer *w = gguf_writer_init();
     uint8_t leaf[1] = {1};
     struct gguf_value lv[9];
-    lv[0] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_UINT8, .count = 1, .data = leaf}};
+    lv[0] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY,
+                                .v.arr = {.type = GGUF_VTYPE_UINT8, .count = 1, .data = leaf}};
     for (int d = 1; d < 9; d++)
-        lv[d] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &lv[d - 1]}};
+        lv[d] = (struct gguf_value){.type = GGUF_VTYPE_ARRAY,
+                                    .v.arr = {.type = GGUF_VTYPE_ARRAY, .count = 1, .items = &lv[d - 1]}};
     gguf_writer_add_value(w, "deep", &lv[8]);
     buf = write_mem(w, &n);
     expect_fail(buf, n, "nesting 9", "key 'deep'[0][0][0][0][0][0][0][0]", "nested more than 8");
@@ -539,8 +628,8 @@ static void test_bad_alignment(void) {
 static void test_bad_tensors(void) {
     struct gguf_writer *w = gguf_writer_init();
     gguf_writer_add_str(w, "k", "v");
-    gguf_writer_add_tensor(w, "w.q4", GGML_TYPE_Q4_0, 2, (int64_t[]){64, 2}, NULL);  // 72 bytes at 0
-    gguf_writer_add_tensor(w, "w.f32", GGML_TYPE_F32, 2, (int64_t[]){8, 4}, NULL);   // 128 bytes at 96
+    gguf_writer_add_tensor(w, "w.q4", GGML_TYPE_Q4_0, 2, (int64_t[]){64, 2}, NULL); // 72 bytes at 0
+    gguf_writer_add_tensor(w, "w.f32", GGML_TYPE_F32, 2, (int64_t[]){8, 4}, NULL);  // 128 bytes at 96
     uint64_t n;
     uint8_t *buf = write_mem(w, &n);
     uint8_t *b = malloc(n);
@@ -549,7 +638,8 @@ static void test_bad_tensors(void) {
     uint64_t q4_type = q4 + 4 + 16, q4_off = q4_type + 4, f32_off = f32 + 4 + 16 + 4;
     struct gguf_file *f = open_ok(buf, n);
     if (f) {
-        CHECK(f->tensors[1].offset == 96, "layout assumed by this test: %llu", (unsigned long long)f->tensors[1].offset);
+        CHECK(f->tensors[1].offset == 96, "layout assumed by this test: %llu",
+              (unsigned long long)f->tensors[1].offset);
         gguf_close(f);
     }
     const uint32_t bad_types[] = {4, 5, 31, 36, 40, 1000, UINT32_MAX};
@@ -580,7 +670,8 @@ static void test_bad_tensors(void) {
     memcpy(b, buf, n), put_le(b + f32_off, UINT64_MAX - 31, 8);
     expect_fail(b, n, "offset 2^64-32", "tensor 'w.f32' data", "runs past the end of the file");
     memcpy(b, buf, n), put_le(b + f32_off, 100, 8);
-    expect_fail(b, n, "misaligned offset", "tensor 'w.f32' offset", "100 is not a multiple of the alignment 32");
+    expect_fail(b, n, "misaligned offset", "tensor 'w.f32' offset",
+                "100 is not a multiple of the alignment 32");
     memcpy(b, buf, n), put_le(b + f32_off, 64, 8);
     expect_fail(b, n, "overlap", "tensor 'w.f32' data", "overlaps tensor 'w.q4'");
     memcpy(b, buf, n), put_le(b + q4_off, 96, 8);
@@ -613,7 +704,8 @@ struct raw {
 };
 
 static struct raw raw_begin(uint64_t cap, uint64_t n_tensors, uint64_t n_kv) {
-    struct raw r = {mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), 24, cap};
+    struct raw r = {
+        mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), 24, cap};
     ST_ASSERT(r.p != MAP_FAILED);
     memcpy(r.p, "GGUF", 4);
     put_le(r.p + 4, 3, 4), put_le(r.p + 8, n_tensors, 8), put_le(r.p + 16, n_kv, 8);
@@ -630,8 +722,10 @@ static void raw_le(struct raw *r, uint64_t v, int n) {
 static void raw_str(struct raw *r, const char *s, uint64_t len) {
     raw_le(r, len, 8);
     ST_ASSERT(r->n + len <= r->cap);
-    if (s) memcpy(r->p + r->n, s, len);
-    else memset(r->p + r->n, 'a', len);
+    if (s)
+        memcpy(r->p + r->n, s, len);
+    else
+        memset(r->p + r->n, 'a', len);
     r->n += len;
 }
 
@@ -688,13 +782,14 @@ static void test_limits(void) {
         r = raw_key_file(good[i], strlen(good[i]));
         raw_opens(&r, good[i]);
         struct gguf_writer *w = gguf_writer_init();
-        CHECK(gguf_writer_add_u32(w, good[i], 1) == 0, "writer refused key '%s': %s", good[i], st_last_error());
+        CHECK(gguf_writer_add_u32(w, good[i], 1) == 0, "writer refused key '%s': %s", good[i],
+              st_last_error());
         gguf_writer_free(w);
     }
     const struct {
         const char *key, *byte;
     } bad[] = {{"General.name", "byte 0 (0x47)"}, {"a..b", "byte 2 (0x2e)"}, {".a", "byte 0 (0x2e)"},
-               {"a.", "byte 1 (0x2e)"},       {"a b", "byte 1 (0x20)"}, {"a-b", "byte 1 (0x2d)"},
+               {"a.", "byte 1 (0x2e)"},           {"a b", "byte 1 (0x20)"},  {"a-b", "byte 1 (0x2d)"},
                {"t\xc3\xa9st", "byte 1 (0xc3)"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         r = raw_key_file(bad[i].key, strlen(bad[i].key));
@@ -706,9 +801,11 @@ static void test_limits(void) {
     struct gguf_writer *w = gguf_writer_init();
     char name[GGUF_MAX_NAME_LEN + 2];
     memset(name, 'n', sizeof name - 1), name[sizeof name - 1] = 0;
-    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == -1, "writer took a 64-byte name");
+    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == -1,
+          "writer took a 64-byte name");
     name[GGUF_MAX_NAME_LEN] = 0;
-    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == 0, "%s", st_last_error());
+    CHECK(gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, (int64_t[]){4}, NULL) == 0, "%s",
+          st_last_error());
     gguf_writer_free(w);
     // one string: at most 2^30 bytes; one array: at most 2^30 elements
     for (uint64_t extra = 0; extra < 2; extra++) {
@@ -717,13 +814,19 @@ static void test_limits(void) {
         raw_str(&r, "s", 1), raw_le(&r, GGUF_VTYPE_STRING, 4), raw_le(&r, len, 8);
         r.n += len; // the string: zero pages, never touched
         raw_str(&r, "u", 1), raw_le(&r, GGUF_VTYPE_UINT8, 4), raw_le(&r, 1, 1);
-        if (extra) raw_fails(r, "string of 2^30 + 1 bytes", "key 's' value", "1073741825 is over the limit of 1073741824");
-        else raw_opens(&r, "string of 2^30 bytes");
+        if (extra)
+            raw_fails(r, "string of 2^30 + 1 bytes", "key 's' value",
+                      "1073741825 is over the limit of 1073741824");
+        else
+            raw_opens(&r, "string of 2^30 bytes");
         r = raw_begin(len + 4096, 0, 1);
-        raw_str(&r, "a", 1), raw_le(&r, GGUF_VTYPE_ARRAY, 4), raw_le(&r, GGUF_VTYPE_UINT8, 4), raw_le(&r, len, 8);
+        raw_str(&r, "a", 1), raw_le(&r, GGUF_VTYPE_ARRAY, 4), raw_le(&r, GGUF_VTYPE_UINT8, 4),
+            raw_le(&r, len, 8);
         r.n += len;
-        if (extra) raw_fails(r, "array of 2^30 + 1 elements", "key 'a' array count", "over the limit of 1073741824");
-        else raw_opens(&r, "array of 2^30 elements");
+        if (extra)
+            raw_fails(r, "array of 2^30 + 1 elements", "key 'a' array count", "over the limit of 1073741824");
+        else
+            raw_opens(&r, "array of 2^30 elements");
     }
 }
 
@@ -734,9 +837,12 @@ static void walk_value(const struct gguf_value *v, uint64_t *sink) {
     if (v->type != GGUF_VTYPE_ARRAY) return;
     const struct gguf_array *a = &v->v.arr;
     for (uint64_t i = 0; i < a->count; i++) {
-        if (a->items) walk_value(&a->items[i], sink);
-        else if (a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64) *sink += (uint64_t)isnan(gguf_array_float(a, i));
-        else *sink += (uint64_t)gguf_array_int(a, i);
+        if (a->items)
+            walk_value(&a->items[i], sink);
+        else if (a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64)
+            *sink += (uint64_t)isnan(gguf_array_float(a, i));
+        else
+            *sink += (uint64_t)gguf_array_int(a, i);
     }
 }
 
@@ -756,9 +862,12 @@ static void test_fuzz_flips(void) {
         for (int k = 0; k < flips; k++) {
             uint64_t at = rng_next() % meta_end;
             uint64_t r = rng_next();
-            if (r % 3 == 0) b[at] ^= (uint8_t)(1u << (r >> 8) % 8);
-            else if (r % 3 == 1) b[at] = special[(r >> 8) % sizeof special];
-            else b[at] = (uint8_t)(r >> 16);
+            if (r % 3 == 0)
+                b[at] ^= (uint8_t)(1u << (r >> 8) % 8);
+            else if (r % 3 == 1)
+                b[at] = special[(r >> 8) % sizeof special];
+            else
+                b[at] = (uint8_t)(r >> 16);
         }
         uint64_t len = rng_next() % 8 == 0 ? rng_next() % (n + 1) : n; // sometimes cut as well
         struct gguf_file *f = NULL;
@@ -789,7 +898,8 @@ static void test_fuzz_flips(void) {
         }
         free(b);
     }
-    printf("    2000 mutated images: %d opened, %d refused (sink %llu)\n", opened, refused, (unsigned long long)sink);
+    printf("    2000 mutated images: %d opened, %d refused (sink %llu)\n", opened, refused,
+           (unsigned long long)sink);
     CHECK(unclear == 0, "%d images opened inconsistently or failed without a clear message", unclear);
     CHECK(refused > 0, "no mutation was refused");
     free(buf);
@@ -842,19 +952,23 @@ static void test_files_and_info(void) {
     struct gguf_file *f = NULL;
     CHECK(gguf_open(path, &f) == 0, "%s", st_last_error());
     if (f) {
-        CHECK(strcmp(f->path, path) == 0 && f->n_tensors == 2 && gguf_find_tensor(f, "norm")->nbytes == 256, "on disk");
+        CHECK(strcmp(f->path, path) == 0 && f->n_tensors == 2 && gguf_find_tensor(f, "norm")->nbytes == 256,
+              "on disk");
         gguf_close(f);
     }
-    CHECK(gguf_open(bad, &f) == -1 && f == NULL && strstr(st_last_error(), bad) && strstr(st_last_error(), "cannot open"),
+    CHECK(gguf_open(bad, &f) == -1 && f == NULL && strstr(st_last_error(), bad) &&
+              strstr(st_last_error(), "cannot open"),
           "missing file: %s", st_last_error());
-    CHECK(gguf_open(dir, &f) == -1 && strstr(st_last_error(), "not a regular file"), "directory: %s", st_last_error());
+    CHECK(gguf_open(dir, &f) == -1 && strstr(st_last_error(), "not a regular file"), "directory: %s",
+          st_last_error());
     FILE *fp = fopen(bad, "wb");
     fclose(fp);
     CHECK(gguf_open(bad, &f) == -1 && strstr(st_last_error(), "empty"), "empty file: %s", st_last_error());
     fp = fopen(bad, "wb");
     fwrite("GGUF\3\0\0\0\1", 1, 9, fp);
     fclose(fp);
-    CHECK(gguf_open(bad, &f) == -1 && strstr(st_last_error(), "n_tensors"), "short file: %s", st_last_error());
+    CHECK(gguf_open(bad, &f) == -1 && strstr(st_last_error(), "n_tensors"), "short file: %s",
+          st_last_error());
 
     int failed_before = test_checks_failed;
     static char out[16384], err[4096];
@@ -862,21 +976,38 @@ static void test_files_and_info(void) {
     char *a_flag[] = {"info", "--bogus", path}, *a_two[] = {"info", path, path}, *a_bad[] = {"info", bad};
     int rc = run_info(2, a_ok, out, sizeof out, err, sizeof err);
     CHECK(rc == 0, "info rc %d: %s", rc, err);
-    const char *want[] = {"version:     3", "tensors:     2", "kv pairs:    4", "alignment:   32",
+    const char *want[] = {"version:     3",
+                          "tensors:     2",
+                          "kv pairs:    4",
+                          "alignment:   32",
                           "general.architecture     string",
-                          "\"llama\"", "[0, 3, 6, 9, 12, 15, 18, 21, ... (20 total)]", "array[int32]",
-                          "... (300 bytes)", "abcdefghij\\nlmnop", "1e-05",
-                          "tok.weight", "Q8_0", "[64, 2]", "136", "[64]", "256",
-                          "total: 2 tensors, 392 bytes", "192 parameters", "Q8_0          1 tensor "};
+                          "\"llama\"",
+                          "[0, 3, 6, 9, 12, 15, 18, 21, ... (20 total)]",
+                          "array[int32]",
+                          "... (300 bytes)",
+                          "abcdefghij\\nlmnop",
+                          "1e-05",
+                          "tok.weight",
+                          "Q8_0",
+                          "[64, 2]",
+                          "136",
+                          "[64]",
+                          "256",
+                          "total: 2 tensors, 392 bytes",
+                          "192 parameters",
+                          "Q8_0          1 tensor "};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(strstr(out, want[i]), "info output lacks '%s'", want[i]);
     if (test_checks_failed > failed_before) printf("%s", out);
-    CHECK(run_info(2, a_help, out, sizeof out, err, sizeof err) == 0 && strstr(out, "usage: strata info"), "--help");
+    CHECK(run_info(2, a_help, out, sizeof out, err, sizeof err) == 0 && strstr(out, "usage: strata info"),
+          "--help");
     CHECK(run_info(1, a_none, out, sizeof out, err, sizeof err) == 2 && strstr(err, "no model"), "no args");
-    CHECK(run_info(3, a_flag, out, sizeof out, err, sizeof err) == 2 && strstr(err, "unknown option '--bogus'"),
+    CHECK(run_info(3, a_flag, out, sizeof out, err, sizeof err) == 2 &&
+              strstr(err, "unknown option '--bogus'"),
           "unknown flag: %s", err);
     CHECK(run_info(3, a_two, out, sizeof out, err, sizeof err) == 2, "two models");
-    CHECK(run_info(2, a_bad, out, sizeof out, err, sizeof err) == 1 && strstr(err, "n_tensors") && strstr(err, bad),
+    CHECK(run_info(2, a_bad, out, sizeof out, err, sizeof err) == 1 && strstr(err, "n_tensors") &&
+              strstr(err, bad),
           "bad file: %s", err);
     unlink(path);
     unlink(bad);
@@ -892,17 +1023,22 @@ static void test_real_model(void) {
     struct gguf_file *f = NULL;
     CHECK(gguf_open(path, &f) == 0, "%s", st_last_error());
     if (!f) return;
-    CHECK(f->version == 3 && f->n_tensors == 272 && f->n_kv == 33 && f->alignment == 32 && f->data_offset == 1785664,
-          "header: v%u %llu tensors %llu kv", f->version, (unsigned long long)f->n_tensors, (unsigned long long)f->n_kv);
+    CHECK(f->version == 3 && f->n_tensors == 272 && f->n_kv == 33 && f->alignment == 32 &&
+              f->data_offset == 1785664,
+          "header: v%u %llu tensors %llu kv", f->version, (unsigned long long)f->n_tensors,
+          (unsigned long long)f->n_kv);
     const struct gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
     CHECK(t && t->type == GGML_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] == 576 && t->ne[1] == 49152 &&
-              t->nbytes == 30081024 && f->data_offset + t->offset == 1785664, "token_embd.weight");
+              t->nbytes == 30081024 && f->data_offset + t->offset == 1785664,
+          "token_embd.weight");
     t = gguf_find_tensor(f, "blk.0.ffn_down.weight");
     CHECK(t && t->type == GGML_TYPE_Q4_1 && t->ne[0] == 1536 && t->ne[1] == 576 && t->nbytes == 552960 &&
-              f->data_offset + t->offset == 31868992, "blk.0.ffn_down.weight");
+              f->data_offset + t->offset == 31868992,
+          "blk.0.ffn_down.weight");
     t = gguf_find_tensor(f, "output_norm.weight");
     CHECK(t && t->type == GGML_TYPE_F32 && t->n_dims == 1 && t->ne[0] == 576 && t->nbytes == 2304 &&
-              f->data_offset + t->offset == 98360128, "output_norm.weight");
+              f->data_offset + t->offset == 98360128,
+          "output_norm.weight");
     uint64_t bytes = 0, params = 0, by_type[GGML_TYPE_COUNT] = {0};
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         t = &f->tensors[i];
@@ -912,14 +1048,17 @@ static void test_real_model(void) {
     }
     CHECK(bytes == 96576768 && params == 134515008, "totals %llu %llu", (unsigned long long)bytes,
           (unsigned long long)params);
-    CHECK(by_type[GGML_TYPE_Q4_1] == 210 && by_type[GGML_TYPE_F32] == 61 && by_type[GGML_TYPE_Q8_0] == 1, "types");
+    CHECK(by_type[GGML_TYPE_Q4_1] == 210 && by_type[GGML_TYPE_F32] == 61 && by_type[GGML_TYPE_Q8_0] == 1,
+          "types");
     struct gguf_str s;
     uint32_t u;
     float x;
     bool b;
     const struct gguf_array *a;
-    CHECK(gguf_get_str(f, "general.architecture", &s) == 0 && s.len == 5 && !memcmp(s.data, "llama", 5), "arch");
-    CHECK(gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0 && s.len == 6 && !memcmp(s.data, "smollm", 6), "pre");
+    CHECK(gguf_get_str(f, "general.architecture", &s) == 0 && s.len == 5 && !memcmp(s.data, "llama", 5),
+          "arch");
+    CHECK(gguf_get_str(f, "tokenizer.ggml.pre", &s) == 0 && s.len == 6 && !memcmp(s.data, "smollm", 6),
+          "pre");
     CHECK(gguf_get_str(f, "tokenizer.chat_template", &s) == 0 && s.len == 368, "chat template");
     CHECK(gguf_get_u32(f, "llama.block_count", &u) == 0 && u == 30, "block_count");
     CHECK(gguf_get_u32(f, "llama.embedding_length", &u) == 0 && u == 576, "embedding_length");
@@ -929,17 +1068,21 @@ static void test_real_model(void) {
     CHECK(gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) == 0 && !b, "add_bos_token");
     CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VTYPE_STRING, &a) == 0 && a->count == 49152 &&
               a->items[0].v.str.len == 13 && !memcmp(a->items[0].v.str.data, "<|endoftext|>", 13) &&
-              a->items[49151].v.str.len == 7 && !memcmp(a->items[49151].v.str.data, "ectable", 7), "tokens");
+              a->items[49151].v.str.len == 7 && !memcmp(a->items[49151].v.str.data, "ectable", 7),
+          "tokens");
     CHECK(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VTYPE_STRING, &a) == 0 && a->count == 48900 &&
-              a->items[0].v.str.len == 4 && !memcmp(a->items[0].v.str.data, "\xc4\xa0 t", 4), "merges");
+              a->items[0].v.str.len == 4 && !memcmp(a->items[0].v.str.data, "\xc4\xa0 t", 4),
+          "merges");
     CHECK(gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, &a) == 0 && a->count == 49152 &&
-              gguf_array_int(a, 0) == 3 && gguf_array_int(a, 100) == 1, "token_type");
+              gguf_array_int(a, 0) == 3 && gguf_array_int(a, 100) == 1,
+          "token_type");
     gguf_close(f);
 }
 
 int main(void) {
     const char *seed_env = getenv("STRATA_SEED");
-    uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+    uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
+                                          : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
     printf("seed %llu (set STRATA_SEED to repeat)\n", (unsigned long long)seed);
     rng_state = seed * 0x9E3779B97F4A7C15ULL + 1; // never zero
     if (!rng_state) rng_state = 1;

@@ -22,8 +22,7 @@ static int accepts(const char *gbnf, const char *s, bool prefix_only) {
     struct grammar *g;
     if (grammar_parse(gbnf, &g)) return -2;
     struct grammar_state *st = grammar_state_new(g);
-    int ok = grammar_state_accept(st, s, strlen(s)) == 0 &&
-             (prefix_only || grammar_state_complete(st));
+    int ok = grammar_state_accept(st, s, strlen(s)) == 0 && (prefix_only || grammar_state_complete(st));
     grammar_state_free(st);
     grammar_free(g);
     return ok;
@@ -74,8 +73,8 @@ static const struct {
 static void test_sentences(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int got = accepts(cases[i].gbnf, cases[i].text, false);
-        CHECK(got == cases[i].want, "case %zu: %s on '%s': got %d (%s)", i, cases[i].gbnf,
-              cases[i].text, got, got == -2 ? st_last_error() : "");
+        CHECK(got == cases[i].want, "case %zu: %s on '%s': got %d (%s)", i, cases[i].gbnf, cases[i].text, got,
+              got == -2 ? st_last_error() : "");
     }
     // a prefix that can still be completed is accepted as a prefix
     CHECK(accepts("root ::= \"abc\"", "ab", true) == 1, "prefix");
@@ -173,8 +172,8 @@ static void test_json_schema(void) {
     };
     for (size_t i = 0; i < sizeof sc / sizeof *sc; i++) {
         int got = schema_accepts(sc[i].schema, sc[i].text);
-        CHECK(got == sc[i].want, "schema %zu %s on '%s': got %d (%s)", i, sc[i].schema, sc[i].text,
-              got, got == -2 ? st_last_error() : "");
+        CHECK(got == sc[i].want, "schema %zu %s on '%s': got %d (%s)", i, sc[i].schema, sc[i].text, got,
+              got == -2 ? st_last_error() : "");
     }
     static const struct {
         const char *schema, *want;
@@ -261,8 +260,8 @@ static void test_mask_real_vocab(void) {
         printf("    after %2d bytes: %5d of %d tokens allowed\n", cuts[c], allowed, n);
         grammar_state_free(s);
     }
-    printf("    mask: %.2f ms per token (mean of %d warm masks over %d tokens)\n",
-           t_mask / n_mask * 1e3, n_mask, n);
+    printf("    mask: %.2f ms per token (mean of %d warm masks over %d tokens)\n", t_mask / n_mask * 1e3,
+           n_mask, n);
     free(logits);
 out:
     grammar_free(g);

@@ -113,8 +113,8 @@ static int load_fixtures(void) {
             cur = p;
             greedy[p].n = n;
             step = 0;
-        } else if (cur >= 0 && sscanf(line, "%d %d %lf %lf", &s, &id, &margin, &top1) == 4 &&
-                   s == step && step < greedy[cur].n) {
+        } else if (cur >= 0 && sscanf(line, "%d %d %lf %lf", &s, &id, &margin, &top1) == 4 && s == step &&
+                   step < greedy[cur].n) {
             greedy[cur].ids[step] = id;
             greedy[cur].margin[step] = margin;
             step++;
@@ -175,14 +175,13 @@ static double check_logits(struct backend *be, double tol) {
                     at = i;
                 }
             }
-            printf("    %s %s: max |dlogit| %.3g (token %d: %.5f vs %.5f)\n", be->name,
-                   records[r].file, md, at, got[at], want[at]);
-            CHECK(md <= tol, "%s: max |dlogit| %.4g at token %d exceeds %.3g", records[r].file, md,
-                  at, tol);
+            printf("    %s %s: max |dlogit| %.3g (token %d: %.5f vs %.5f)\n", be->name, records[r].file, md,
+                   at, got[at], want[at]);
+            CHECK(md <= tol, "%s: max |dlogit| %.4g at token %d exceeds %.3g", records[r].file, md, at, tol);
             if (records[r].gap > 2 * tol)
                 CHECK(sampler_argmax(got, V) == sampler_argmax(want, V),
-                      "%s: top-1 %d, reference %d (gap %.3f)", records[r].file,
-                      sampler_argmax(got, V), sampler_argmax(want, V), records[r].gap);
+                      "%s: top-1 %d, reference %d (gap %.3f)", records[r].file, sampler_argmax(got, V),
+                      sampler_argmax(want, V), records[r].gap);
             if (md > worst) worst = md;
             free(want);
         }
@@ -199,17 +198,16 @@ static void check_greedy(struct backend *be, int p, double tol) {
     CHECK(context_init(model, be, 512, 64, &c) == 0, "%s", st_last_error());
     if (!c) return;
     float *logits = malloc(sizeof(float) * (size_t)V);
-    CHECK(context_eval(c, prompts[p].ids, prompts[p].n, logits, NULL) == 0, "%s",
-          st_last_error());
+    CHECK(context_eval(c, prompts[p].ids, prompts[p].n, logits, NULL) == 0, "%s", st_last_error());
     int matched = 0;
     for (int s = 0; s < greedy[p].n; s++) {
         int32_t id = sampler_argmax(logits, V);
         if (id != greedy[p].ids[s]) {
             CHECK(greedy[p].margin[s] < 2 * tol,
-                  "prompt %d step %d: token %d, reference %d with margin %.4f (not a near-tie)", p,
-                  s, id, greedy[p].ids[s], greedy[p].margin[s]);
-            printf("    %s prompt %d: near-tie at step %d (margin %.4f); stop comparing\n",
-                   be->name, p, s, greedy[p].margin[s]);
+                  "prompt %d step %d: token %d, reference %d with margin %.4f (not a near-tie)", p, s, id,
+                  greedy[p].ids[s], greedy[p].margin[s]);
+            printf("    %s prompt %d: near-tie at step %d (margin %.4f); stop comparing\n", be->name, p, s,
+                   greedy[p].margin[s]);
             break;
         }
         matched++;
@@ -283,8 +281,7 @@ static void test_batch_equals_sequential(void) {
 static void test_prompt_ids(void) {
     for (int p = 0; p < n_prompts; p++) {
         int32_t *ids = NULL;
-        int n = tokenizer_encode(model->tok, prompts[p].text, strlen(prompts[p].text), true, true,
-                                 &ids);
+        int n = tokenizer_encode(model->tok, prompts[p].text, strlen(prompts[p].text), true, true, &ids);
         int same = n == prompts[p].n;
         for (int i = 0; same && i < n; i++) same = ids[i] == prompts[p].ids[i];
         CHECK(same, "prompt %d: %d ids, reference %d", p, n, prompts[p].n);

@@ -20,9 +20,7 @@ struct filter {
     const char *drop; // key or tensor left out
 };
 
-static int drop_one(void *user, const char *name) {
-    return strcmp(name, ((struct filter *)user)->drop) != 0;
-}
+static int drop_one(void *user, const char *name) { return strcmp(name, ((struct filter *)user)->drop) != 0; }
 
 // Writes p (minus f->drop, plus whatever add() adds) to a file; returns its path.
 static const char *write_model(const struct synth_params *p, const char *drop,
@@ -46,14 +44,15 @@ static void expect_refused(const char *path, const char *want) {
     struct model *m = NULL;
     int rc = path ? model_load(path, &m) : 0;
     CHECK(path && rc == -1 && m == NULL, "%s loaded but should have been refused", path);
-    CHECK(strstr(st_last_error(), want) != NULL, "message '%s' does not mention '%s'",
-          st_last_error(), want);
+    CHECK(strstr(st_last_error(), want) != NULL, "message '%s' does not mention '%s'", st_last_error(), want);
     model_free(m);
 }
 
 static void add_wrong_vocab_size(struct gguf_writer *w) { gguf_writer_add_u32(w, "llama.vocab_size", 1000); }
 static void add_arch_qwen(struct gguf_writer *w) { gguf_writer_add_str(w, "general.architecture", "mamba"); }
-static void add_bad_heads(struct gguf_writer *w) { gguf_writer_add_u32(w, "llama.attention.head_count_kv", 3); }
+static void add_bad_heads(struct gguf_writer *w) {
+    gguf_writer_add_u32(w, "llama.attention.head_count_kv", 3);
+}
 static void add_wrong_shape(struct gguf_writer *w) {
     float z[64 * 100] = {0};
     int64_t ne[2] = {64, 100};
@@ -74,7 +73,9 @@ static void add_short_embedding(struct gguf_writer *w) {
     int64_t ne[2] = {64, 500};
     gguf_writer_add_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, ne, z);
 }
-static void add_scaling_dynamic(struct gguf_writer *w) { gguf_writer_add_str(w, "llama.rope.scaling.type", "dynamic"); }
+static void add_scaling_dynamic(struct gguf_writer *w) {
+    gguf_writer_add_str(w, "llama.rope.scaling.type", "dynamic");
+}
 
 static void test_bad_models(void) {
     struct synth_params p = synth_default_params();
@@ -91,8 +92,7 @@ static void test_bad_models(void) {
                    "vocab_size is 1000 but the vocabulary has 512 tokens");
     expect_refused(write_model(&p, "blk.1.attn_q.weight", add_wrong_shape, "shape"),
                    "'blk.1.attn_q.weight' has shape [64, 100], expected [64, 64]");
-    expect_refused(write_model(&p, "blk.0.attn_q.weight", add_unsupported_type, "type"),
-                   "IQ2_XXS");
+    expect_refused(write_model(&p, "blk.0.attn_q.weight", add_unsupported_type, "type"), "IQ2_XXS");
     expect_refused(write_model(&p, "blk.0.attn_norm.weight", add_f16_norm, "norm"), "must be F32");
     expect_refused(write_model(&p, "llama.attention.head_count_kv", add_bad_heads, "heads"),
                    "not a multiple of head_count_kv 3");

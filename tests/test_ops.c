@@ -144,10 +144,10 @@ struct half_fields {
     int n;
 };
 static const struct half_fields half_fields[] = {
-    {GGML_TYPE_Q4_0, {0}, 1},        {GGML_TYPE_Q4_1, {0, 2}, 2},  {GGML_TYPE_Q5_0, {0}, 1},
-    {GGML_TYPE_Q5_1, {0, 2}, 2},     {GGML_TYPE_Q8_0, {0}, 1},     {GGML_TYPE_Q2_K, {80, 82}, 2},
-    {GGML_TYPE_Q3_K, {108}, 1},      {GGML_TYPE_Q4_K, {0, 2}, 2},  {GGML_TYPE_Q5_K, {0, 2}, 2},
-    {GGML_TYPE_Q6_K, {208}, 1},      {GGML_TYPE_IQ4_NL, {0}, 1},   {GGML_TYPE_IQ4_XS, {0}, 1},
+    {GGML_TYPE_Q4_0, {0}, 1},    {GGML_TYPE_Q4_1, {0, 2}, 2}, {GGML_TYPE_Q5_0, {0}, 1},
+    {GGML_TYPE_Q5_1, {0, 2}, 2}, {GGML_TYPE_Q8_0, {0}, 1},    {GGML_TYPE_Q2_K, {80, 82}, 2},
+    {GGML_TYPE_Q3_K, {108}, 1},  {GGML_TYPE_Q4_K, {0, 2}, 2}, {GGML_TYPE_Q5_K, {0, 2}, 2},
+    {GGML_TYPE_Q6_K, {208}, 1},  {GGML_TYPE_IQ4_NL, {0}, 1},  {GGML_TYPE_IQ4_XS, {0}, 1},
 };
 
 static const enum ggml_type all_types[] = {
@@ -228,8 +228,7 @@ static double *matmul_bounds(const struct weight *w, const float *x, int n, int 
     }
     double ss_var = 0, ss_ref = 0;
     for (int64_t r = 0; r < rows; r++) {
-        quant_get(w->type)->dequantize_row((const uint8_t *)w->data + (size_t)r * w->row_bytes, row,
-                                           cols);
+        quant_get(w->type)->dequantize_row((const uint8_t *)w->data + (size_t)r * w->row_bytes, row, cols);
         for (int t = 0; t < n; t++) {
             const float *xt = x + (size_t)t * cols;
             double var = 0, l1 = 0;
@@ -255,8 +254,7 @@ static double *matmul_bounds(const struct weight *w, const float *x, int n, int 
 
 // --- ops ---------------------------------------------------------------------------------
 
-static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols,
-                             int n) {
+static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols, int n) {
     struct weight w = make_weight(t, rows, cols);
     const size_t nx = (size_t)n * cols, ny = (size_t)n * rows;
     float *x = xmalloc_f(nx), *want = xmalloc_f(ny), *got = xmalloc_f(ny);
@@ -281,8 +279,8 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
             poison(e->be, by, ny);
             e->be->matmul(e->be, &wb, bx, by, n);
             char what[128];
-            snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%.0d", quant_name(t),
-                     (long long)rows, (long long)cols, n, n_tpr > 1 ? " tpr=" : "", n_tpr > 1 ? tprs[k] : 0);
+            snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%.0d", quant_name(t), (long long)rows,
+                     (long long)cols, n, n_tpr > 1 ? " tpr=" : "", n_tpr > 1 ? tprs[k] : 0);
             if (get(e->be, got, by, ny))
                 compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
             else
@@ -305,27 +303,30 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
 static void test_matmul(const struct be_entry *e) {
     // rows ragged against warps and blocks; n covers one token, the small
     // batches of the matrix × vector kernels and the tiled batch product
-    static const int64_t shapes32[][3] = {{1, 32, 1},   {7, 96, 1},   {33, 576, 1},  {300, 1024, 1},
-                                          {77, 224, 2}, {77, 224, 3}, {40, 288, 5},  {40, 288, 8},
+    static const int64_t shapes32[][3] = {{1, 32, 1},   {7, 96, 1},     {33, 576, 1}, {300, 1024, 1},
+                                          {77, 224, 2}, {77, 224, 3},   {40, 288, 5}, {40, 288, 8},
                                           {70, 320, 9}, {130, 160, 67}, {65, 4160, 1}};
-    static const int64_t shapes256[][3] = {{1, 256, 1},  {7, 512, 1},   {33, 768, 1},
-                                           {300, 1024, 1}, {77, 256, 3}, {40, 512, 8},
-                                           {70, 512, 9},  {130, 256, 67}, {65, 4352, 1}};
-    static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1},  {33, 576, 1}, {300, 1024, 1},
-                                         {77, 101, 3}, {40, 96, 8},  {70, 100, 9}, {130, 96, 67}};
+    static const int64_t shapes256[][3] = {{1, 256, 1},    {7, 512, 1},    {33, 768, 1},
+                                           {300, 1024, 1}, {77, 256, 3},   {40, 512, 8},
+                                           {70, 512, 9},   {130, 256, 67}, {65, 4352, 1}};
+    static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1}, {33, 576, 1}, {300, 1024, 1},
+                                         {77, 101, 3}, {40, 96, 8}, {70, 100, 9}, {130, 96, 67}};
     const int before = test_n_fail;
     int cases = 0;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum ggml_type t = all_types[ti];
         const int64_t(*s)[3];
         size_t ns;
-        if (is_float_type(t)) s = shapesf, ns = sizeof shapesf / sizeof *shapesf;
-        else if (quant_get(t)->block_size == 32) s = shapes32, ns = sizeof shapes32 / sizeof *shapes32;
-        else s = shapes256, ns = sizeof shapes256 / sizeof *shapes256;
+        if (is_float_type(t))
+            s = shapesf, ns = sizeof shapesf / sizeof *shapesf;
+        else if (quant_get(t)->block_size == 32)
+            s = shapes32, ns = sizeof shapes32 / sizeof *shapes32;
+        else
+            s = shapes256, ns = sizeof shapes256 / sizeof *shapes256;
         for (size_t k = 0; k < ns; k++, cases++) test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2]);
     }
-    printf("  %s %s matmul: %d shapes over %zu types\n", test_n_fail == before ? "ok  " : "FAIL",
-           e->be->name, cases, N_TYPES);
+    printf("  %s %s matmul: %d shapes over %zu types\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name,
+           cases, N_TYPES);
 }
 
 static void test_get_rows(const struct be_entry *e) {
@@ -448,8 +449,10 @@ static void test_rope_reference(void) {
                 memcpy(want, x, sizeof x);
                 const long double pi2 = 6.283185307179586476925L;
                 const long double lb = 2 * logl(rp.base);
-                const long double lo = fmaxl(0, floorl(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_fast * pi2)) / lb));
-                const long double hi = fminl(rp.n_dims - 1, ceill(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_slow * pi2)) / lb));
+                const long double lo =
+                    fmaxl(0, floorl(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_fast * pi2)) / lb));
+                const long double hi =
+                    fminl(rp.n_dims - 1, ceill(rp.n_dims * logl(rp.n_ctx_orig / (rp.beta_slow * pi2)) / lb));
                 for (int h = 0; h < n_head; h++)
                     for (int i = 0; i < rp.n_dims / 2; i++) {
                         long double ext = pos * powl(rp.base, -(long double)(2 * i) / rp.n_dims);
@@ -474,8 +477,7 @@ static void test_rope_reference(void) {
                          kind ? "neox" : "norm", rp.n_dims, variant);
                 compare(ref->name, what, got, want, NULL, 128, 1e-6, 1e-5, 1e-11);
             }
-    printf("  %s %s rope against its closed form\n", test_n_fail == before ? "ok  " : "FAIL",
-           ref->name);
+    printf("  %s %s rope against its closed form\n", test_n_fail == before ? "ok  " : "FAIL", ref->name);
 }
 
 static void test_rope(const struct be_entry *e) {
@@ -499,7 +501,8 @@ static void test_rope(const struct be_entry *e) {
                         float *bx = put(e->be, x, nx * sizeof(float));
                         e->be->rope(e->be, bx, n, n_head, hd, pos0, &rp);
                         char what[128];
-                        snprintf(what, sizeof what, "rope %s hd=%d n_dims=%d variant=%d pos0=%d n=%d heads=%d",
+                        snprintf(what, sizeof what,
+                                 "rope %s hd=%d n_dims=%d variant=%d pos0=%d n=%d heads=%d",
                                  kind ? "neox" : "norm", hd, rp.n_dims, variant, pos0, n, n_head);
                         if (get(e->be, got, bx, nx))
                             compare(e->be->name, what, got, want, NULL, nx, 1e-6, 1e-5, 1e-10);
@@ -520,8 +523,10 @@ static void test_kv_store_attention(const struct be_entry *e) {
     // attention options: plain; a soft-cap that bites (scores reach several
     // times the cap) with an unusual scale; sliding windows shorter and longer
     // than the context
-    static const struct { float scale_mul, softcap; int window; } opts[] = {
-        {1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
+    static const struct {
+        float scale_mul, softcap;
+        int window;
+    } opts[] = {{1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
         for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
             for (int n = 1; n <= 5; n += 4) {
@@ -552,14 +557,14 @@ static void test_kv_store_attention(const struct be_entry *e) {
                 else
                     test_n_fail++;
                 for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
-                    const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
-                                                   opts[oi].softcap, opts[oi].window};
+                    const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd), opts[oi].softcap,
+                                                   opts[oi].window};
                     ref->attention(ref, q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
                     poison(e->be, bo, nq);
                     e->be->attention(e->be, bq, bkc, bvc, bo, n, pos0, n_head, n_head_kv, hd, &ap);
                     snprintf(what, sizeof what,
-                             "attention heads=%d/%d hd=%d pos0=%d n=%d scale=%.3g cap=%g window=%d",
-                             n_head, n_head_kv, hd, pos0, n, ap.scale, ap.softcap, ap.window);
+                             "attention heads=%d/%d hd=%d pos0=%d n=%d scale=%.3g cap=%g window=%d", n_head,
+                             n_head_kv, hd, pos0, n, ap.scale, ap.softcap, ap.window);
                     if (get(e->be, got, bo, nq))
                         compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
                     else
@@ -592,9 +597,15 @@ static void elementwise_case(const struct be_entry *e, int op, int rows, int dim
     if (glu) poison(e->be, bo, n_out);
     int ok_prep = 1;
     switch (op) {
-    case 0: ref->add(ref, want, b, (int64_t)n_out), e->be->add(e->be, ba, bb, (int64_t)n_out); break;
-    case 1: ref->scale(ref, want, (int64_t)n_out, sc), e->be->scale(e->be, ba, (int64_t)n_out, sc); break;
-    case 2: ref->softcap(ref, want, (int64_t)n_out, cap), e->be->softcap(e->be, ba, (int64_t)n_out, cap); break;
+    case 0:
+        ref->add(ref, want, b, (int64_t)n_out), e->be->add(e->be, ba, bb, (int64_t)n_out);
+        break;
+    case 1:
+        ref->scale(ref, want, (int64_t)n_out, sc), e->be->scale(e->be, ba, (int64_t)n_out, sc);
+        break;
+    case 2:
+        ref->softcap(ref, want, (int64_t)n_out, cap), e->be->softcap(e->be, ba, (int64_t)n_out, cap);
+        break;
     case 3:
         ref->add_bias(ref, &bias, want, rows, dim);
         if ((ok_prep = !e->be->prepare_weight(e->be, &bias))) e->be->add_bias(e->be, &bias, ba, rows, dim);
@@ -623,8 +634,8 @@ static void elementwise_case(const struct be_entry *e, int op, int rows, int dim
 
 static void test_elementwise(const struct be_entry *e) {
     const int before = test_n_fail;
-    static const int shapes[][3] = {{1, 1, 1}, {3, 31, 31}, {5, 1000, 1000}, {7, 4099, 4099},
-                                    {4, 96, 192}, {2, 37, 100}};
+    static const int shapes[][3] = {{1, 1, 1},       {3, 31, 31},  {5, 1000, 1000},
+                                    {7, 4099, 4099}, {4, 96, 192}, {2, 37, 100}};
     for (int op = 0; op < 6; op++)
         for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
             if (op >= 4 || shapes[k][1] == shapes[k][2])
@@ -738,8 +749,8 @@ static void test_matmul_id_case(const struct be_entry *e, enum ggml_type t, int 
         }
     const double nmse_max = ss_ref > 0 ? nmse_sum / ss_ref : nmse_sum;
     char what[128];
-    snprintf(what, sizeof what, "matmul_id %s experts=%d %lldx%lld n=%d k=%d x_slots=%d",
-             quant_name(t), ne, (long long)rows, (long long)cols, n, k, x_slots);
+    snprintf(what, sizeof what, "matmul_id %s experts=%d %lldx%lld n=%d k=%d x_slots=%d", quant_name(t), ne,
+             (long long)rows, (long long)cols, n, k, x_slots);
     if (e->be->prepare_weight(e->be, &w)) {
         printf("  FAIL %s %s: prepare_weight: %s\n", e->be->name, what, st_last_error());
         test_n_fail++;
@@ -761,13 +772,13 @@ static void test_matmul_id_case(const struct be_entry *e, enum ggml_type t, int 
 static void test_moe(const struct be_entry *e) {
     test_moe_route(e);
     const int before = test_n_fail;
-    static const enum ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0,
+    static const enum ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0,
                                            GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const int64_t c = quant_get(types[ti])->block_size == 256 ? 512 : 96;
-        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 1);   // decode, gate/up
-        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 2);   // decode, down
-        test_matmul_id_case(e, types[ti], 4, 33, c, 7, 2, 1);   // a batch
+        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 1); // decode, gate/up
+        test_matmul_id_case(e, types[ti], 8, 40, c, 1, 2, 2); // decode, down
+        test_matmul_id_case(e, types[ti], 4, 33, c, 7, 2, 1); // a batch
         test_matmul_id_case(e, types[ti], 16, 17, c, 5, 4, 4);
     }
     // moe_combine, and in place for one slot (the shared expert's gate)
@@ -815,8 +826,8 @@ static void test_argmax(const struct be_entry *e) {
             gpu_backend_argmax(e->be, bx, n, bo);
             e->be->download(e->be, &got, bo, sizeof got);
             if (e->be->sync(e->be) || got != want) {
-                printf("  FAIL %s argmax n=%d tie=%d: got %d want %d %s\n", e->be->name, n, tie, got,
-                       want, st_last_error());
+                printf("  FAIL %s argmax n=%d tie=%d: got %d want %d %s\n", e->be->name, n, tie, got, want,
+                       st_last_error());
                 test_n_fail++;
             } else {
                 test_n_pass++;
@@ -844,9 +855,8 @@ static void perf(struct backend *be, const char *only) {
            "one on a stream, and the same pass replayed as a graph\n");
     printf("| type | rows x cols | MB | threads/row | stream us | GB/s | of ceiling | graph us | GB/s "
            "| of ceiling |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    static const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
-                                           GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1,
-                                           GGML_TYPE_F16};
+    static const enum ggml_type types[] = {GGML_TYPE_Q4_0,   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+                                           GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_F16};
     static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
     static const int tprs[] = {0, 16, 32, 64, 128, 256};
     float x[14336];
@@ -888,9 +898,9 @@ static void perf(struct backend *be, const char *only) {
                 char tpr[16];
                 snprintf(tpr, sizeof tpr, tprs[k] ? "%d" : "auto", tprs[k]);
                 printf("| %s | %lldx%lld | %.1f | %s | %.2f | %.0f | %.1f%% | %.2f | %.0f | %.1f%% |\n",
-                       quant_name(types[ti]), (long long)rows, (long long)cols, bytes / 1e6, tpr,
-                       st * 1e6, bytes / st / 1e9, 100.0 * bytes / st / 1e9 / ceiling, sg * 1e6,
-                       bytes / sg / 1e9, 100.0 * bytes / sg / 1e9 / ceiling);
+                       quant_name(types[ti]), (long long)rows, (long long)cols, bytes / 1e6, tpr, st * 1e6,
+                       bytes / st / 1e9, 100.0 * bytes / st / 1e9 / ceiling, sg * 1e6, bytes / sg / 1e9,
+                       100.0 * bytes / sg / 1e9 / ceiling);
             }
             gpu_backend_set_matvec_split(be, 0);
             be->release(be, bx);
@@ -904,13 +914,16 @@ int main(int argc, char **argv) {
     bool want_perf = false, require_gpu = false, gpu_only = false;
     const char *perf_only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--perf")) want_perf = true;
-        else if (!strcmp(argv[i], "--require-gpu")) require_gpu = true;
-        else if (!strcmp(argv[i], "--gpu-only")) gpu_only = true;
-        else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc) want_perf = true, perf_only = argv[++i];
+        if (!strcmp(argv[i], "--perf"))
+            want_perf = true;
+        else if (!strcmp(argv[i], "--require-gpu"))
+            require_gpu = true;
+        else if (!strcmp(argv[i], "--gpu-only"))
+            gpu_only = true;
+        else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc)
+            want_perf = true, perf_only = argv[++i];
         else {
-            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only]\n",
-                   argv[0]);
+            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only]\n", argv[0]);
             return 2;
         }
     }

@@ -39,7 +39,9 @@ static void log_softmax_ld(const float *x, int n, long double *out) {
 // Float rounding of one position's NLL: the shifted logit (|shift| ulp-rounded
 // once or twice) and the log of a double sum of expf (each within 1 ulp), at
 // float precision: 2^-23 · (|shift| + log-sum-exp + 2) covers both formulas.
-static double nll_bound(long double exact_nll) { return ldexp(1.0, -23) * ((double)fabsl(exact_nll) + 40 + 2); }
+static double nll_bound(long double exact_nll) {
+    return ldexp(1.0, -23) * ((double)fabsl(exact_nll) + 40 + 2);
+}
 
 static void random_logits(float *x, int n, double sigma) {
     for (int i = 0; i < n; i++) x[i] = (float)(sigma * normal_rand());
@@ -57,7 +59,8 @@ static void test_nll_matches_exact(void) {
         const double a = ppl_nll(x, n, tok), b = ppl_nll_row(x, n, tok, row);
         const double want = (double)-ls[tok], bound = nll_bound(-ls[tok]);
         CHECK(fabs(a - want) <= bound, "trial %d: ppl_nll %.9g, exact %.9g (bound %.3g)", t, a, want, bound);
-        CHECK(fabs(b - want) <= bound, "trial %d: ppl_nll_row %.9g, exact %.9g (bound %.3g)", t, b, want, bound);
+        CHECK(fabs(b - want) <= bound, "trial %d: ppl_nll_row %.9g, exact %.9g (bound %.3g)", t, b, want,
+              bound);
     }
     free(x);
     free(ls);
@@ -155,7 +158,8 @@ static void test_kld_position(void) {
         sum_kld += want;
         same += imax_b == imax_q;
         const long double nq = -lq[tok], nb = -lb[tok], dp = expl(-nq) - expl(-nb);
-        const long double terms[10] = {want, want * want, nq, nq * nq, nb, nb * nb, nq * nb, dp, dp * dp, dp * dp * dp * dp};
+        const long double terms[10] = {want,    want * want, nq, nq * nq, nb,
+                                       nb * nb, nq * nb,     dp, dp * dp, dp * dp * dp * dp};
         for (int k = 0; k < 10; k++) ref[k] += terms[k];
         // float terms: each p·(Δ) within a few ulp of its 16-nat range
         const double bound = 1e-6 * (1 + fabs((double)want)) + 4e-6;
@@ -166,17 +170,18 @@ static void test_kld_position(void) {
         log_softmax_ld(b, n, lb);
         long double exact = 0;
         for (int i = 0; i < n; i++) exact += expl(lb[i]) * (lb[i] - lq[i]);
-        CHECK(fabsl(kld - exact) <= 16.0 / 65535 / 2 + 1e-5 + 1e-7 * n, "trial %d: KLD %.6g vs unquantised %.6Lg", t, kld, exact);
+        CHECK(fabsl(kld - exact) <= 16.0 / 65535 / 2 + 1e-5 + 1e-7 * n,
+              "trial %d: KLD %.6g vs unquantised %.6Lg", t, kld, exact);
     }
     CHECK(s.count == 40 && s.n_same_top == same, "count %lld, same top %lld (want 40, %d)",
           (long long)s.count, (long long)s.n_same_top, same);
     CHECK(fabsl(s.sum_kld - sum_kld) <= 40 * 1e-5, "sum KLD %.9g, exact %.9Lg", s.sum_kld, sum_kld);
     // every running sum within float rounding of its terms (relative 1e-5, or 1e-9 absolute per term)
-    const double got[10] = {s.sum_kld, s.sum_kld2, s.sum_nll, s.sum_nll2, s.sum_nll_base, s.sum_nll_base2,
-                            s.sum_nll_nll_base, s.sum_p_diff, s.sum_p_diff2, s.sum_p_diff4};
+    const double got[10] = {s.sum_kld,       s.sum_kld2,         s.sum_nll,    s.sum_nll2,    s.sum_nll_base,
+                            s.sum_nll_base2, s.sum_nll_nll_base, s.sum_p_diff, s.sum_p_diff2, s.sum_p_diff4};
     for (int k = 0; k < 10; k++)
-        CHECK(fabsl(got[k] - ref[k]) <= 1e-5 * fabsl(ref[k]) + 40 * 1e-6, "running sum %d: %.9g, reference %.9Lg",
-              k, got[k], ref[k]);
+        CHECK(fabsl(got[k] - ref[k]) <= 1e-5 * fabsl(ref[k]) + 40 * 1e-6,
+              "running sum %d: %.9g, reference %.9Lg", k, got[k], ref[k]);
     CHECK(same > 20 && same < 40, "same top %d of 40: the noisy half should change some", same);
     free(b);
     free(q);
@@ -206,8 +211,8 @@ static void write_raw(const char *path, const void *data, size_t n) {
 static void expect_open_fails(const char *path, const char *want) {
     struct ppl_kld_file kf;
     const int rc = ppl_kld_file_open(path, &kf);
-    CHECK(rc == -1 && strstr(st_last_error(), want), "open %s: rc %d, message '%s' (want '%s')", path,
-          rc, st_last_error(), want);
+    CHECK(rc == -1 && strstr(st_last_error(), want), "open %s: rc %d, message '%s' (want '%s')", path, rc,
+          st_last_error(), want);
     if (!rc) ppl_kld_file_close(&kf);
 }
 
@@ -234,8 +239,8 @@ static void test_kld_file(void) {
     CHECK(n == 20 + 16 * 4 + 60 * 2, "file size %zu", n);
     int32_t head[3];
     memcpy(head, raw + 8, 12);
-    CHECK(!memcmp(raw, "_logits_", 8) && head[0] == 8 && head[1] == 5 && head[2] == 2,
-          "header %.8s %d %d %d", raw, head[0], head[1], head[2]);
+    CHECK(!memcmp(raw, "_logits_", 8) && head[0] == 8 && head[1] == 5 && head[2] == 2, "header %.8s %d %d %d",
+          raw, head[0], head[1], head[2]);
     CHECK(!memcmp(raw + 20, tokens, 64) && !memcmp(raw + 84, data, 120), "tokens or rows differ");
     CHECK(len == 10, "row length %lld", (long long)len);
 
@@ -279,7 +284,9 @@ static void test_kld_file(void) {
 
 // --- whole runs on synthetic models -----------------------------------------------------
 
-static void add_bos_true(struct gguf_writer *w) { gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true); }
+static void add_bos_true(struct gguf_writer *w) {
+    gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
+}
 static int no_add_bos(void *user, const char *name) {
     (void)user;
     return strcmp(name, "tokenizer.ggml.add_bos_token") != 0;
@@ -296,8 +303,10 @@ static struct model *synth_model(uint64_t seed, bool add_bos, int n_vocab) {
     const char *path = path_in_dir(name);
     struct gguf_writer *w;
     if (synth_build(&p, no_add_bos, NULL, &w)) return NULL;
-    if (add_bos) add_bos_true(w);
-    else gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (add_bos)
+        add_bos_true(w);
+    else
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
     const int rc = gguf_writer_write_file(w, path);
     gguf_writer_free(w);
     struct model *m = NULL;
@@ -328,8 +337,8 @@ static void runner_close(struct runner *r) {
 // Independent scoring: each chunk in one forward pass with every position's
 // logits, BOS placed here, log-softmax in long double over the second half.
 // Returns the NLL sum and its rounding bound; *count positions.
-static long double reference_nll(struct model *m, const int32_t *tokens, int n_chunk, int n_ctx,
-                                 bool add_bos, double *bound, int64_t *count) {
+static long double reference_nll(struct model *m, const int32_t *tokens, int n_chunk, int n_ctx, bool add_bos,
+                                 double *bound, int64_t *count) {
     struct runner r;
     const int nv = m->hp.n_vocab;
     float *lg = malloc(sizeof(float) * (size_t)n_ctx * nv);
@@ -361,9 +370,8 @@ static long double reference_nll(struct model *m, const int32_t *tokens, int n_c
     return sum;
 }
 
-static void check_run(struct model *m, const char *be_name, const int32_t *tokens, int n_tokens,
-                      int n_ctx, int n_batch, bool add_bos, long double want, double bound,
-                      int64_t want_count) {
+static void check_run(struct model *m, const char *be_name, const int32_t *tokens, int n_tokens, int n_ctx,
+                      int n_batch, bool add_bos, long double want, double bound, int64_t want_count) {
     struct runner r;
     if (runner_open(&r, m, be_name, n_ctx, n_batch)) {
         CHECK(0, "%s: %s", be_name, st_last_error());
@@ -422,7 +430,8 @@ static void test_runs_match_reference(void) {
         double b2;
         int64_t c2;
         const long double other = reference_nll(m, tokens, n_chunk, n_ctx, !bos, &b2, &c2);
-        CHECK(fabsl(other - want) > 100 * bound, "BOS replacement changes the NLL by only %.3Lg", other - want);
+        CHECK(fabsl(other - want) > 100 * bound, "BOS replacement changes the NLL by only %.3Lg",
+              other - want);
         model_free(m);
     }
 }
@@ -442,7 +451,8 @@ static void test_short_text(void) {
     rc = ppl_run(r.c, tokens, 7, 64, 0, NULL, NULL, &res);
     CHECK(rc == -1 && strstr(st_last_error(), "too few for perplexity"), "7 tokens: '%s'", st_last_error());
     rc = ppl_run(r.c, tokens, 127, 128, 0, NULL, NULL, &res);
-    CHECK(rc == -1 && strstr(st_last_error(), "chunk size 128"), "-c above the context: '%s'", st_last_error());
+    CHECK(rc == -1 && strstr(st_last_error(), "chunk size 128"), "-c above the context: '%s'",
+          st_last_error());
     CHECK(ppl_chunk_count(127, 64, 0) == 0 && ppl_chunk_count(128, 64, 0) == 2 &&
               ppl_chunk_count(1000, 64, 3) == 3 && ppl_chunk_count(1000, 64, 0) == 15,
           "chunk counts");
@@ -485,7 +495,8 @@ static void test_kld_runs(void) {
               s->sum_nll_base, s->sum_nll);
         CHECK(kr.kld[0] >= -(step + 1e-5) && kr.kld[kr.n_values - 1] <= step + 1e-5,
               "self KLD range %.3g..%.3g beyond the rounding %.3g", kr.kld[0], kr.kld[kr.n_values - 1], step);
-        CHECK(s->n_same_top == s->count, "same top %lld of %lld", (long long)s->n_same_top, (long long)s->count);
+        CHECK(s->n_same_top == s->count, "same top %lld of %lld", (long long)s->n_same_top,
+              (long long)s->count);
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -556,10 +567,14 @@ static void test_kld_print(void) {
     ppl_kld_print(f, &r);
     fclose(f);
     // 99% of 199 = 197.01 → 0.197 + 0.01·0.001; median (0.099 + 0.100)/2
-    const char *want[] = {"Maximum KLD:   0.199000\n", "99.0%   KLD:   0.197010\n",
-                          "Median  KLD:   0.099500\n", "Minimum KLD:   0.000000\n",
-                          "Mean    KLD:   0.099500 ±   0.004093\n", "Median  Δp: -0.050%\n",
-                          "Same top p: 75.000 ± 3.070 %\n", "Mean PPL(Q)                   :   "};
+    const char *want[] = {"Maximum KLD:   0.199000\n",
+                          "99.0%   KLD:   0.197010\n",
+                          "Median  KLD:   0.099500\n",
+                          "Minimum KLD:   0.000000\n",
+                          "Mean    KLD:   0.099500 ±   0.004093\n",
+                          "Median  Δp: -0.050%\n",
+                          "Same top p: 75.000 ± 3.070 %\n",
+                          "Mean PPL(Q)                   :   "};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(strstr(text, want[i]), "missing '%s' in:\n%s", want[i], text);
     free(text);

@@ -65,7 +65,9 @@ struct rec {
 static uint8_t *fix_data;
 static size_t fix_size;
 
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static void fixture_load(void) {
     FILE *f = fopen(FIXTURE, "rb");
@@ -74,8 +76,8 @@ static void fixture_load(void) {
     fix_size = (size_t)ftell(f);
     fseek(f, 0, SEEK_SET);
     fix_data = malloc(fix_size);
-    if (!fix_data || fread(fix_data, 1, fix_size, f) != fix_size || fix_size < 12 || memcmp(fix_data, "STQF", 4) ||
-        rd32(fix_data + 4) != 1) {
+    if (!fix_data || fread(fix_data, 1, fix_size, f) != fix_size || fix_size < 12 ||
+        memcmp(fix_data, "STQF", 4) || rd32(fix_data + 4) != 1) {
         free(fix_data);
         fix_data = NULL;
     }
@@ -86,10 +88,14 @@ static void fixture_load(void) {
 static size_t rec_payload(const struct rec *r) {
     switch (r->kind) {
     case REC_DEQUANT:
-    case REC_QUANT: return (size_t)r->nbytes + 4 * (size_t)r->n;
-    case REC_SIZES: return 28 * (size_t)r->n;
-    case REC_VECDOT: return (size_t)r->nbytes + 4 * (size_t)r->n + r->aux + 4;
-    default: return SIZE_MAX;
+    case REC_QUANT:
+        return (size_t)r->nbytes + 4 * (size_t)r->n;
+    case REC_SIZES:
+        return 28 * (size_t)r->n;
+    case REC_VECDOT:
+        return (size_t)r->nbytes + 4 * (size_t)r->n + r->aux + 4;
+    default:
+        return SIZE_MAX;
     }
 }
 
@@ -136,7 +142,7 @@ static void test_table(void) {
         CHECK(quant_get((enum ggml_type)removed[i]) == NULL, "type %d", removed[i]);
         CHECK(!strcmp(quant_name((enum ggml_type)removed[i]), "unknown"), "type %d", removed[i]);
     }
-    CHECK(quant_get(GGML_TYPE_COUNT) == NULL && quant_get((enum ggml_type)-1) == NULL, "out of range");
+    CHECK(quant_get(GGML_TYPE_COUNT) == NULL && quant_get((enum ggml_type) - 1) == NULL, "out of range");
     CHECK(!strcmp(quant_name((enum ggml_type)1000), "unknown"), "name of 1000");
 
     // every number the reference defines below 40, with its name, block and size
@@ -190,17 +196,20 @@ static void test_table(void) {
         CHECK(q && q->supported && q->dequantize_row, "type %d", sup[i].t);
         if (!q) continue;
         CHECK((q->quantize_row != NULL) == sup[i].quant, "%s quantize", q->name);
-        CHECK((q->vec_dot != NULL) == sup[i].dot && (q->vec_dot_scalar != NULL) == sup[i].dot, "%s dot", q->name);
+        CHECK((q->vec_dot != NULL) == sup[i].dot && (q->vec_dot_scalar != NULL) == sup[i].dot, "%s dot",
+              q->name);
         CHECK(q->vec_dot_type == sup[i].vdt, "%s vec_dot_type %d", q->name, q->vec_dot_type);
         if (sup[i].dot && sup[i].vdt != GGML_TYPE_F32) {
             const struct quant_traits *a = quant_get(q->vec_dot_type);
-            CHECK(a->quantize_row && (a->block_size % q->block_size == 0 || q->block_size % a->block_size == 0),
+            CHECK(a->quantize_row &&
+                      (a->block_size % q->block_size == 0 || q->block_size % a->block_size == 0),
                   "%s activation type", q->name);
         }
     }
 
     CHECK(quant_row_size(GGML_TYPE_Q4_K, 512) == 288, "Q4_K 512");
-    CHECK(quant_row_size(GGML_TYPE_Q4_0, 33) == 0 && quant_row_size(GGML_TYPE_Q4_0, -32) == 0, "not a multiple");
+    CHECK(quant_row_size(GGML_TYPE_Q4_0, 33) == 0 && quant_row_size(GGML_TYPE_Q4_0, -32) == 0,
+          "not a multiple");
     CHECK(quant_row_size(GGML_TYPE_F32, 7) == 28 && quant_row_size(GGML_TYPE_F32, 0) == 0, "F32 rows");
     CHECK(quant_row_size((enum ggml_type)4, 32) == 0, "removed type");
     CHECK(quant_row_size(GGML_TYPE_F64, INT64_MAX) == 0, "overflow");
@@ -229,13 +238,14 @@ static void test_dequant_fixtures(void) {
             // a NaN half stays NaN; its payload bits are not part of the format
             const bool ok = isnan(want) ? isnan(y[i]) : fbits(y[i]) == fbits(want);
             if (!ok && bad++ < 3)
-                CHECK(ok, "%s element %u: %.9g (0x%08x), gguf %.9g (0x%08x)", q->name, i, y[i], fbits(y[i]), want,
-                      fbits(want));
+                CHECK(ok, "%s element %u: %.9g (0x%08x), gguf %.9g (0x%08x)", q->name, i, y[i], fbits(y[i]),
+                      want, fbits(want));
         }
         CHECK(bad == 0, "%s: %d of %u values differ", q->name, bad, r.n);
         free(y);
     }
-    CHECK(fix_data != NULL, "%s missing or not a version 1 fixture (tests run from the repository root)", FIXTURE);
+    CHECK(fix_data != NULL, "%s missing or not a version 1 fixture (tests run from the repository root)",
+          FIXTURE);
     CHECK(!fix_data || records == 16, "%d dequantize records", records);
 }
 
@@ -267,8 +277,8 @@ static void test_quant_fixtures(void) {
             }
             const size_t el = (size_t)i / q->type_size * (size_t)q->block_size;
             if (bad++ < 3)
-                printf("    %s byte %u (block %zu, input[%zu] = %.9g): 0x%02x, reference 0x%02x\n", q->name, i,
-                       (size_t)(i / q->type_size), el, x[el], b[i], want[i]);
+                printf("    %s byte %u (block %zu, input[%zu] = %.9g): 0x%02x, reference 0x%02x\n", q->name,
+                       i, (size_t)(i / q->type_size), el, x[el], b[i], want[i]);
         }
         CHECK(bad == 0, "%s: %d of %u bytes differ", q->name, bad, r.nbytes);
         free(x);
@@ -319,7 +329,8 @@ static double round_trip_bound(enum ggml_type t, const float *x0, int bs, int i,
         const double q = d16 != 0 ? deq[i] / d16 : 0;
         return d * (0.5 + slack * 128) + fabs(d16 - d) * fabs(q);
     }
-    case GGML_TYPE_Q8_K: return amax / 127 * (0.5 + slack * 128);
+    case GGML_TYPE_Q8_K:
+        return amax / 127 * (0.5 + slack * 128);
     case GGML_TYPE_Q4_0:
     case GGML_TYPE_Q5_0: {
         const double half = t == GGML_TYPE_Q4_0 ? 8 : 16;
@@ -351,7 +362,8 @@ static double round_trip_bound(enum ggml_type t, const float *x0, int bs, int i,
         const double tt = x / s16;
         return fabs(s16) * (iq4_dist(tt) + 0x1.0p-9 * fabs(tt)) + 1e-30;
     }
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -383,8 +395,8 @@ static void round_trip_type(enum ggml_type t) {
         const double err = fabs((double)y[i] - x[i]);
         if (bound > 0) worst = fmax(worst, err / bound);
         if (!(err <= bound) && bad++ < 3)
-            printf("    %s element %lld: x %.9g -> %.9g, error %.3g > bound %.3g\n", q->name, (long long)i, x[i], y[i],
-                   err, bound);
+            printf("    %s element %lld: x %.9g -> %.9g, error %.3g > bound %.3g\n", q->name, (long long)i,
+                   x[i], y[i], err, bound);
     }
     CHECK(bad == 0, "%s: %d elements past their bound", q->name, bad);
     printf("    %-6s worst error / bound = %.3f\n", q->name, worst);
@@ -394,9 +406,9 @@ static void round_trip_type(enum ggml_type t) {
 }
 
 static void test_round_trip(void) {
-    static const enum ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16,  GGML_TYPE_Q8_0,
-                                           GGML_TYPE_Q8_1, GGML_TYPE_Q8_K,   GGML_TYPE_Q4_0,  GGML_TYPE_Q4_1,
-                                           GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,   GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+    static const enum ggml_type types[] = {
+        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q8_1,   GGML_TYPE_Q8_K,
+        GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) round_trip_type(types[i]);
 }
 
@@ -406,14 +418,30 @@ static void test_round_trip(void) {
 static void scale_fields(enum ggml_type t, int *d, int *m) {
     *m = -1;
     switch (t) {
-    case GGML_TYPE_Q4_1: *d = offsetof(struct block_q4_1, d), *m = offsetof(struct block_q4_1, m); break;
-    case GGML_TYPE_Q5_1: *d = offsetof(struct block_q5_1, d), *m = offsetof(struct block_q5_1, m); break;
-    case GGML_TYPE_Q2_K: *d = offsetof(struct block_q2_K, d), *m = offsetof(struct block_q2_K, dmin); break;
-    case GGML_TYPE_Q3_K: *d = offsetof(struct block_q3_K, d); break;
-    case GGML_TYPE_Q4_K: *d = offsetof(struct block_q4_K, d), *m = offsetof(struct block_q4_K, dmin); break;
-    case GGML_TYPE_Q5_K: *d = offsetof(struct block_q5_K, d), *m = offsetof(struct block_q5_K, dmin); break;
-    case GGML_TYPE_Q6_K: *d = offsetof(struct block_q6_K, d); break;
-    default: *d = 0; break; // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
+    case GGML_TYPE_Q4_1:
+        *d = offsetof(struct block_q4_1, d), *m = offsetof(struct block_q4_1, m);
+        break;
+    case GGML_TYPE_Q5_1:
+        *d = offsetof(struct block_q5_1, d), *m = offsetof(struct block_q5_1, m);
+        break;
+    case GGML_TYPE_Q2_K:
+        *d = offsetof(struct block_q2_K, d), *m = offsetof(struct block_q2_K, dmin);
+        break;
+    case GGML_TYPE_Q3_K:
+        *d = offsetof(struct block_q3_K, d);
+        break;
+    case GGML_TYPE_Q4_K:
+        *d = offsetof(struct block_q4_K, d), *m = offsetof(struct block_q4_K, dmin);
+        break;
+    case GGML_TYPE_Q5_K:
+        *d = offsetof(struct block_q5_K, d), *m = offsetof(struct block_q5_K, dmin);
+        break;
+    case GGML_TYPE_Q6_K:
+        *d = offsetof(struct block_q6_K, d);
+        break;
+    default:
+        *d = 0;
+        break; // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
     }
 }
 
@@ -445,7 +473,9 @@ static void random_weights(enum ggml_type t, int64_t n, uint8_t *w, uint16_t (*p
 static uint16_t pick_moderate(void) { // +-2^[-10, -2]
     return st_f32_to_fp16((float)(exp2(rng_unit() * 8 - 10) * (rng_u64() & 1 ? 1 : -1)));
 }
-static uint16_t pick_exact(void) { return st_f32_to_fp16((float)((rng_u64() & 1 ? 1 : 2) * (rng_u64() & 2 ? 1 : -1))); }
+static uint16_t pick_exact(void) {
+    return st_f32_to_fp16((float)((rng_u64() & 1 ? 1 : 2) * (rng_u64() & 2 ? 1 : -1)));
+}
 
 // An activation row of small integers (in [-1, 1]) with scales +-1 or +-2, built
 // directly as the quantizer's output would be (consistent s / bsums).
@@ -512,7 +542,8 @@ static struct dot_ref dot_reference(enum ggml_type t, int64_t n, const uint8_t *
         for (int64_t b = 0; b < n / 32; b++) {
             int sum = 0;
             for (int j = 0; j < 32; j++) sum += y[b].qs[j];
-            const double mm = st_fp16_to_f32((uint16_t)(w[b * q->type_size + 2] | w[b * q->type_size + 3] << 8));
+            const double mm =
+                st_fp16_to_f32((uint16_t)(w[b * q->type_size + 2] | w[b * q->type_size + 3] << 8));
             const double sd = (double)st_fp16_to_f32(y[b].s) - (double)st_fp16_to_f32(y[b].d) * sum;
             r.dot += mm * sd;
             r.mag += fabs(mm) * fabs(sd);
@@ -533,10 +564,10 @@ static double dot_bound(const struct quant_traits *q, int64_t n, const struct do
     return (nb + 8) * U32 * r->mag;
 }
 
-static const enum ggml_type dot_types[] = {
-    GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
-    GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,   GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+static const enum ggml_type dot_types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16,  GGML_TYPE_Q4_0,
+                                           GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,  GGML_TYPE_Q8_0,
+                                           GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
+                                           GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
 
 // Scales +-1, +-2 and activations in [-1, 1]: every term and partial sum is an
 // integer below 2^24, so float arithmetic is exact in any order and the fast form,
@@ -552,10 +583,11 @@ static void test_vec_dot_exact(void) {
             random_weights(dot_types[k], n, w, pick_exact);
             exact_activations(q->vec_dot_type, n, a);
             const struct dot_ref r = dot_reference(dot_types[k], n, w, a);
-            CHECK(r.mag < 0x1.0p24, "%s n %lld: terms too large for the exact test (%g)", q->name, (long long)n, r.mag);
+            CHECK(r.mag < 0x1.0p24, "%s n %lld: terms too large for the exact test (%g)", q->name,
+                  (long long)n, r.mag);
             const float fast = q->vec_dot(n, w, a), slow = q->vec_dot_scalar(n, w, a);
-            CHECK(fast == slow && (double)slow == r.dot, "%s n %lld: fast %.9g scalar %.9g reference %.17g", q->name,
-                  (long long)n, fast, slow, r.dot);
+            CHECK(fast == slow && (double)slow == r.dot, "%s n %lld: fast %.9g scalar %.9g reference %.17g",
+                  q->name, (long long)n, fast, slow, r.dot);
             free(w);
             free(a);
         }
@@ -715,8 +747,8 @@ static void test_half(void) {
 
 int main(void) {
     const char *seed_env = getenv("STRATA_SEED");
-    const uint64_t seed =
-        seed_env && *seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+    const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
+                                                : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
     printf("seed %llu (set STRATA_SEED to repeat)\n", (unsigned long long)seed);
     rng_state = seed;
     fixture_load();

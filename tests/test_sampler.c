@@ -171,9 +171,8 @@ static double chi2_pvalue(const long *counts, const double *probs, int n, long d
 // Draws `draws` tokens from a sampler made from p over logits (copied each
 // draw, since sampling may modify them) after accepting accepted[0..n_acc);
 // compares with probs. Returns false on any failure (reported).
-static bool check_distribution(const char *what, const float *logits, int n,
-                               const struct sampler_params *p, const int *accepted, int n_acc,
-                               const double *probs, long draws) {
+static bool check_distribution(const char *what, const float *logits, int n, const struct sampler_params *p,
+                               const int *accepted, int n_acc, const double *probs, long draws) {
     struct sampler *s = sampler_init(p, n);
     CHECK(s != NULL, "%s: sampler_init: %s", what, st_last_error());
     if (!s) return false;
@@ -395,12 +394,12 @@ static void test_distribution_filters(void) {
         const float ps[] = {1, 0.5f, 0.8f, 0.95f};
         const float mps[] = {0, 0.05f, 0.2f};
         const float ts[] = {0.5f, 0.8f, 1.0f, 1.7f};
-        struct sampler_params p = params(ts[test_rand() % 4], ks[test_rand() % 6],
-                                         ps[test_rand() % 4], mps[test_rand() % 3]);
+        struct sampler_params p =
+            params(ts[test_rand() % 4], ks[test_rand() % 6], ps[test_rand() % 4], mps[test_rand() % 3]);
         ref_probs(x, N, &p, probs);
         char what[128];
-        snprintf(what, sizeof(what), "temp %g top_k %d top_p %g min_p %g", (double)p.temperature,
-                 p.top_k, (double)p.top_p, (double)p.min_p);
+        snprintf(what, sizeof(what), "temp %g top_k %d top_p %g min_p %g", (double)p.temperature, p.top_k,
+                 (double)p.top_p, (double)p.min_p);
         check_distribution(what, x, N, &p, NULL, 0, probs, N_DRAWS / 2);
     }
     // Several hundred candidates: top-k's heap and top-p's selection go deep.
@@ -531,8 +530,7 @@ static void test_repetition_penalty_distribution(void) {
         ref_penalize(pen, acc, 20, p.repeat_last_n, p.repeat_penalty);
         ref_probs(pen, N, &p, probs);
         char what[64];
-        snprintf(what, sizeof(what), "penalty %g last_n %d", (double)p.repeat_penalty,
-                 p.repeat_last_n);
+        snprintf(what, sizeof(what), "penalty %g last_n %d", (double)p.repeat_penalty, p.repeat_last_n);
         check_distribution(what, x, N, &p, acc, 20, probs, N_DRAWS / 2);
     }
 }
@@ -553,8 +551,7 @@ static void test_numpy_cases(void) {
         char *q = line, *end;
         if (strncmp(line, "case ", 5) == 0) {
             char t[64], tp[64], mp[64], rp[64];
-            sscanf(line + 5, "%d %63s %d %63s %63s %63s %d", &n, t, &p.top_k, tp, mp, rp,
-                   &p.repeat_last_n);
+            sscanf(line + 5, "%d %63s %d %63s %63s %63s %d", &n, t, &p.top_k, tp, mp, rp, &p.repeat_last_n);
             ST_ASSERT(n > 0 && n <= 256);
             p.temperature = strtof(t, NULL), p.top_p = strtof(tp, NULL);
             p.min_p = strtof(mp, NULL), p.repeat_penalty = strtof(rp, NULL);

@@ -47,8 +47,7 @@ static void test_utf8_fixture(void) {
         struct sbuf got = {0};
         utf8_append_sanitized(&got, (const char *)in, n_in);
         bool ok = got.len == n_want && !memcmp(got.p, want, n_want) &&
-                  utf8_valid((const char *)in, n_in) == (valid == 1) &&
-                  utf8_valid(got.p, got.len);
+                  utf8_valid((const char *)in, n_in) == (valid == 1) && utf8_valid(got.p, got.len);
         if (!ok && n_bad++ < 5) CHECK(ok, "input %s: want %s", in_hex, out_hex);
         sbuf_free(&got);
         n_cases++;
@@ -59,8 +58,17 @@ static void test_utf8_fixture(void) {
 }
 
 static const char *const alphabet[] = {
-    "a", "b", "c", " ", "\n", "\xC3\xA9" /* é */, "\xE2\x82\xAC" /* € */,
-    "\xF0\x9F\x98\x80" /* 😀 */, "\xFF", "\x80", "\xE2\x82" /* truncated € */,
+    "a",
+    "b",
+    "c",
+    " ",
+    "\n",
+    "\xC3\xA9" /* é */,
+    "\xE2\x82\xAC" /* € */,
+    "\xF0\x9F\x98\x80" /* 😀 */,
+    "\xFF",
+    "\x80",
+    "\xE2\x82" /* truncated € */,
 };
 
 // Random text from the alphabet (valid characters, some junk bytes).
@@ -154,8 +162,8 @@ static void test_filter_random(void) {
         ok &= f.stopped == (want_len < clean.len);
         if (!ok) {
             n_bad++;
-            CHECK(ok, "iteration %d: text of %zu bytes, %d stop strings: got %zu bytes, want %zu",
-                  iter, n, n_stop, out.len, want_len);
+            CHECK(ok, "iteration %d: text of %zu bytes, %d stop strings: got %zu bytes, want %zu", iter, n,
+                  n_stop, out.len, want_len);
         }
         text_filter_free(&f);
         sbuf_free(&out);

@@ -23,7 +23,7 @@ struct job {
     atomic_int bad_ith;
     atomic_int in_flight; // chunks started and not yet finished
     int n_threads;
-    int sleep_every;      // chunk c sleeps 200 µs when c % sleep_every == 0 (0: never)
+    int sleep_every; // chunk c sleeps 200 µs when c % sleep_every == 0 (0: never)
     atomic_int seen_ith[16];
 };
 
@@ -35,8 +35,10 @@ static void sleep_us(long us) {
 static void chunk_fn(void *arg, int chunk, int ith) {
     struct job *j = arg;
     atomic_fetch_add(&j->in_flight, 1);
-    if (ith < 0 || ith >= j->n_threads) atomic_fetch_add(&j->bad_ith, 1);
-    else atomic_fetch_add(&j->seen_ith[ith], 1);
+    if (ith < 0 || ith >= j->n_threads)
+        atomic_fetch_add(&j->bad_ith, 1);
+    else
+        atomic_fetch_add(&j->seen_ith[ith], 1);
     if (j->sleep_every && chunk % j->sleep_every == 0) sleep_us(200);
     atomic_fetch_add(&j->runs[chunk], 1);
     atomic_fetch_sub(&j->in_flight, 1);
@@ -44,8 +46,10 @@ static void chunk_fn(void *arg, int chunk, int ith) {
 
 static void compat_fn(void *arg, int ith, int nth) {
     struct job *j = arg;
-    if (nth != j->n_threads || ith < 0 || ith >= nth) atomic_fetch_add(&j->bad_ith, 1);
-    else atomic_fetch_add(&j->runs[ith], 1);
+    if (nth != j->n_threads || ith < 0 || ith >= nth)
+        atomic_fetch_add(&j->bad_ith, 1);
+    else
+        atomic_fetch_add(&j->runs[ith], 1);
 }
 
 static void job_reset(struct job *j, int n_threads, int sleep_every) {
@@ -64,8 +68,8 @@ static bool job_ok(struct job *j, int n, const char *what) {
             if (first < 0) first = c;
         }
     }
-    CHECK(wrong == 0, "%s: %d chunks ran a wrong number of times (first: chunk %d ran %d times)",
-          what, wrong, first, first >= 0 ? atomic_load(&j->runs[first]) : 0);
+    CHECK(wrong == 0, "%s: %d chunks ran a wrong number of times (first: chunk %d ran %d times)", what, wrong,
+          first, first >= 0 ? atomic_load(&j->runs[first]) : 0);
     CHECK(atomic_load(&j->bad_ith) == 0, "%s: thread index out of range", what);
     CHECK(atomic_load(&j->in_flight) == 0, "%s: returned with %d chunks still running", what,
           atomic_load(&j->in_flight));

@@ -116,8 +116,10 @@ static void print_text(const char *label, const char *s, size_t n) {
     printf("      %s \"", label);
     for (size_t i = 0; i < n && i < 200; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 32 && c < 127 && c != '"' && c != '\\') putchar(c);
-        else printf("\\x%02x", c);
+        if (c >= 32 && c < 127 && c != '"' && c != '\\')
+            putchar(c);
+        else
+            printf("\\x%02x", c);
     }
     printf("\"\n");
 }
@@ -172,7 +174,8 @@ static void check_fixture(const struct tokenizer *tok, const char *name) {
             rc = tokenizer_decode(tok, c->ids[1], c->n[1], true, &s, &len);
             if (rc != 0 || len != c->len || memcmp(s, c->text, len) != 0) {
                 if (bad[4]++ == 0) {
-                    printf("    %s: case %d, decode(parse_special ids, special) is not the text\n", name, i + 1);
+                    printf("    %s: case %d, decode(parse_special ids, special) is not the text\n", name,
+                           i + 1);
                     print_text("want", c->text, c->len);
                     if (rc == 0) print_text("got ", s, len);
                 }
@@ -182,8 +185,8 @@ static void check_fixture(const struct tokenizer *tok, const char *name) {
     }
     printf("    %s: %d cases\n", name, fx.n);
     CHECK(bad[0] + bad[1] + bad[2] + bad[3] + bad[4] == 0,
-          "%s: mismatches: plain %d, parse_special %d, add_special %d, decode %d, round trip %d", name, bad[0],
-          bad[1], bad[2], bad[3], bad[4]);
+          "%s: mismatches: plain %d, parse_special %d, add_special %d, decode %d, round trip %d", name,
+          bad[0], bad[1], bad[2], bad[3], bad[4]);
     fixture_free(&fx);
 }
 
@@ -208,7 +211,8 @@ static void mem_close(struct mem_gguf *m) {
 
 // The real model's tokenizer metadata with tokenizer.ggml.pre = pre, and
 // token `user_defined` (if >= 0) re-marked user-defined.
-static int variant_open(const struct gguf_file *src, const char *pre, int32_t user_defined, struct mem_gguf *m) {
+static int variant_open(const struct gguf_file *src, const char *pre, int32_t user_defined,
+                        struct mem_gguf *m) {
     struct gguf_writer *w = gguf_writer_init();
     int rc = 0;
     for (uint64_t i = 0; i < src->n_kv && rc == 0; i++) {
@@ -248,7 +252,8 @@ static size_t put_utf8(uint32_t cp, char *o) {
     if (cp < 0x80) return o[0] = (char)cp, 1;
     if (cp < 0x800) return o[0] = (char)(0xc0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3f)), 2;
     if (cp < 0x10000)
-        return o[0] = (char)(0xe0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 0x3f)), o[2] = (char)(0x80 | (cp & 0x3f)), 3;
+        return o[0] = (char)(0xe0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 0x3f)),
+               o[2] = (char)(0x80 | (cp & 0x3f)), 3;
     o[0] = (char)(0xf0 | cp >> 18), o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
     o[2] = (char)(0x80 | (cp >> 6 & 0x3f)), o[3] = (char)(0x80 | (cp & 0x3f));
     return 4;
@@ -257,11 +262,12 @@ static size_t put_utf8(uint32_t cp, char *o) {
 // A random string of up to 64 pieces: raw bytes (often invalid UTF-8), code
 // points from many ranges, whitespace, digits, and special-token texts.
 static size_t random_text(char *out, bool bytes) { // out: room for 64 * 16 bytes
-    static const char *const bits[] = {" ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "123", "<|im_start|>",
-                                       "<|im_end|>", "<s>", "</s>", "<unk>", "<|im_", "\xe2\x96\x81"};
-    static const uint32_t ranges[][2] = {{0x20, 0x7e}, {0xa0, 0x24f}, {0x370, 0x52f}, {0x600, 0x6ff}, {0x900, 0x97f},
-                                         {0x3040, 0x30ff}, {0x4e00, 0x9fff}, {0xac00, 0xd7a3}, {0x1f300, 0x1faff},
-                                         {0x0, 0x10ffff}};
+    static const char *const bits[] = {" ",   "  ",   "\n",    "\r\n",         "\t",
+                                       "'s",  "'LL",  "123",   "<|im_start|>", "<|im_end|>",
+                                       "<s>", "</s>", "<unk>", "<|im_",        "\xe2\x96\x81"};
+    static const uint32_t ranges[][2] = {
+        {0x20, 0x7e},     {0xa0, 0x24f},    {0x370, 0x52f},   {0x600, 0x6ff},     {0x900, 0x97f},
+        {0x3040, 0x30ff}, {0x4e00, 0x9fff}, {0xac00, 0xd7a3}, {0x1f300, 0x1faff}, {0x0, 0x10ffff}};
     size_t n = 0, pieces = rnd(64);
     for (size_t i = 0; i < pieces; i++) {
         uint32_t kind = rnd(10);
@@ -325,7 +331,8 @@ static void check_round_trips(const struct tokenizer *tok, const char *name, boo
             }
             if (!s || len != want_len || memcmp(s, want, len) != 0) {
                 if (bad++ == 0) {
-                    printf("    %s: round trip (special %d) fails: %s\n", name, special, s ? "" : st_last_error());
+                    printf("    %s: round trip (special %d) fails: %s\n", name, special,
+                           s ? "" : st_last_error());
                     print_text("text", text, n);
                     if (s) print_text("got ", s, len);
                 }
@@ -350,7 +357,8 @@ static void test_spm_fixture(void) {
     gguf_close(f); // the tokenizer keeps copies
     if (!tok) return;
     CHECK(tokenizer_n_vocab(tok) == 2000, "n_vocab %d", tokenizer_n_vocab(tok));
-    CHECK(tokenizer_bos(tok) == 1 && tokenizer_eos(tok) == 2, "bos %d eos %d", tokenizer_bos(tok), tokenizer_eos(tok));
+    CHECK(tokenizer_bos(tok) == 1 && tokenizer_eos(tok) == 2, "bos %d eos %d", tokenizer_bos(tok),
+          tokenizer_eos(tok));
     CHECK(tokenizer_is_eog(tok, 2) && !tokenizer_is_eog(tok, 1), "eog");
     check_fixture(tok, "tokenizer_spm.txt");
     check_round_trips(tok, "spm", true, false);
@@ -361,12 +369,15 @@ static void test_spm_fixture(void) {
     char buf[16];
     CHECK(hello >= 0, "'hello' is not one token");
     if (hello >= 0) {
-        CHECK(tokenizer_piece(tok, -1, hello, false, buf, sizeof buf) == 5 && memcmp(buf, "hello", 5) == 0, "first");
+        CHECK(tokenizer_piece(tok, -1, hello, false, buf, sizeof buf) == 5 && memcmp(buf, "hello", 5) == 0,
+              "first");
         CHECK(tokenizer_piece(tok, bos, hello, false, buf, sizeof buf) == 5, "after BOS");
-        CHECK(tokenizer_piece(tok, hello, hello, false, buf, sizeof buf) == 6 && buf[0] == ' ', "after a word");
+        CHECK(tokenizer_piece(tok, hello, hello, false, buf, sizeof buf) == 6 && buf[0] == ' ',
+              "after a word");
     }
     CHECK(tokenizer_piece(tok, -1, bos, false, buf, sizeof buf) == 0, "BOS is invisible without special");
-    CHECK(tokenizer_piece(tok, -1, bos, true, buf, sizeof buf) == 3 && memcmp(buf, "<s>", 3) == 0, "BOS text");
+    CHECK(tokenizer_piece(tok, -1, bos, true, buf, sizeof buf) == 3 && memcmp(buf, "<s>", 3) == 0,
+          "BOS text");
     tokenizer_free(tok);
 }
 
@@ -376,14 +387,17 @@ static void test_smollm2(void) {
     CHECK(tokenizer_init(model, &tok) == 0, "%s", st_last_error());
     if (!tok) return;
     CHECK(tokenizer_n_vocab(tok) == 49152, "n_vocab %d", tokenizer_n_vocab(tok));
-    CHECK(tokenizer_bos(tok) == 1 && tokenizer_eos(tok) == 2, "bos %d eos %d", tokenizer_bos(tok), tokenizer_eos(tok));
+    CHECK(tokenizer_bos(tok) == 1 && tokenizer_eos(tok) == 2, "bos %d eos %d", tokenizer_bos(tok),
+          tokenizer_eos(tok));
     // <|im_end|> (EOS) and <|endoftext|> end generation; <|im_start|> does not.
     CHECK(tokenizer_is_eog(tok, 2) && tokenizer_is_eog(tok, 0) && !tokenizer_is_eog(tok, 1), "eog");
     CHECK(!tokenizer_is_eog(tok, -1) && !tokenizer_is_eog(tok, 49152), "eog out of range");
     CHECK(tokenizer_find(tok, "<|im_start|>") == 1, "find <|im_start|>");
     CHECK(tokenizer_find(tok, "no such token at all") == -1, "find missing");
-    CHECK(tokenizer_token_text(tok, 1) && strcmp(tokenizer_token_text(tok, 1), "<|im_start|>") == 0, "token text");
-    CHECK(tokenizer_token_text(tok, 49152) == NULL && tokenizer_token_text(tok, -1) == NULL, "text out of range");
+    CHECK(tokenizer_token_text(tok, 1) && strcmp(tokenizer_token_text(tok, 1), "<|im_start|>") == 0,
+          "token text");
+    CHECK(tokenizer_token_text(tok, 49152) == NULL && tokenizer_token_text(tok, -1) == NULL,
+          "text out of range");
     char buf[4];
     int32_t hello = tokenizer_find(tok, "\xc4\xa0hello"); // "Ġhello"
     CHECK(hello >= 0 && tokenizer_piece(tok, -1, hello, false, buf, 2) == 6 && memcmp(buf, " h", 2) == 0,
@@ -468,8 +482,8 @@ static void expect_error(struct tiny o, const char *what, const char *a, const c
     int rc = tiny_init(&o, &tok);
     const char *msg = st_last_error();
     CHECK(rc == -1 && tok == NULL, "%s: accepted", what);
-    CHECK(strstr(msg, a) && (!b || strstr(msg, b)), "%s: message \"%s\" lacks '%s'%s%s", what, msg, a, b ? " or " : "",
-          b ? b : "");
+    CHECK(strstr(msg, a) && (!b || strstr(msg, b)), "%s: message \"%s\" lacks '%s'%s%s", what, msg, a,
+          b ? " or " : "", b ? b : "");
     tokenizer_free(tok);
 }
 
@@ -560,7 +574,8 @@ static void test_speed(void) {
 
 int main(void) {
     const char *seed_env = getenv("STRATA_SEED");
-    uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+    uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
+                                          : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
     printf("seed %llu (set STRATA_SEED to repeat)\n", (unsigned long long)seed);
     rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
     const char *path = test_model_path();

@@ -103,25 +103,32 @@ static int compare(const char *path, const float *logits, int n, int V, double m
 }
 
 int main(int argc, char **argv) {
-    const char *path = NULL, *tokens_arg = NULL, *backend = "cpu", *out_path = NULL,
-               *cmp_path = NULL;
+    const char *path = NULL, *tokens_arg = NULL, *backend = "cpu", *out_path = NULL, *cmp_path = NULL;
     int n_greedy = 0, n_batch = 0;
     double max_nmse = -1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_arg = argv[++i];
-        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
-        else if (!strcmp(argv[i], "--greedy") && i + 1 < argc) n_greedy = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-b") && i + 1 < argc) n_batch = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--compare") && i + 1 < argc) cmp_path = argv[++i];
-        else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc) max_nmse = atof(argv[++i]);
-        else if (argv[i][0] != '-' && !path) path = argv[i];
-        else return usage();
+        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+            tokens_arg = argv[++i];
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            backend = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!strcmp(argv[i], "--greedy") && i + 1 < argc)
+            n_greedy = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc)
+            n_batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--compare") && i + 1 < argc)
+            cmp_path = argv[++i];
+        else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc)
+            max_nmse = atof(argv[++i]);
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else
+            return usage();
     }
     int32_t *toks = NULL;
     const int n = tokens_arg ? parse_tokens(tokens_arg, &toks) : -1;
-    if (!path || n < 1 || n_greedy < 0 || n_batch < 0 || (cmp_path && !(max_nmse >= 0)))
-        return usage();
+    if (!path || n < 1 || n_greedy < 0 || n_batch < 0 || (cmp_path && !(max_nmse >= 0))) return usage();
     if (n_batch == 0 || n_batch > n) n_batch = n;
     struct model *m;
     if (model_load(path, &m)) {

@@ -127,15 +127,18 @@ static int cmd_logits(struct model *m, const char *be_name, const char *out_path
 int main(int argc, char **argv) {
     if (argc < 3 || (strcmp(argv[1], "tokenize") && strcmp(argv[1], "logits")) ||
         (!strcmp(argv[1], "logits") && argc < 5)) {
-        fprintf(stderr, "usage: %s tokenize MODEL < hex-lines\n"
-                        "       %s logits MODEL BACKEND OUT [-b N] [-t N] < ids\n",
+        fprintf(stderr,
+                "usage: %s tokenize MODEL < hex-lines\n"
+                "       %s logits MODEL BACKEND OUT [-b N] [-t N] < ids\n",
                 argv[0], argv[0]);
         return 2;
     }
     int n_batch = 0, n_threads = 0;
     for (int i = 5; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-b")) n_batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "-b"))
+            n_batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t"))
+            n_threads = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "tool_oracle: unknown option %s\n", argv[i]);
             return 2;
@@ -146,8 +149,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_oracle: %s\n", st_last_error());
         return 1;
     }
-    const int rc = !strcmp(argv[1], "tokenize") ? cmd_tokenize(m)
-                                                 : cmd_logits(m, argv[3], argv[4], n_batch, n_threads);
+    const int rc =
+        !strcmp(argv[1], "tokenize") ? cmd_tokenize(m) : cmd_logits(m, argv[3], argv[4], n_batch, n_threads);
     model_free(m);
     return rc;
 }

@@ -31,8 +31,7 @@
 
 // Greedy continuation of n tokens after the prompt already in c (last logits
 // in logits); returns seconds spent, or -1.
-static double greedy(struct context *c, float *logits, int pos, int n, int32_t *out,
-                     float *margins) {
+static double greedy(struct context *c, float *logits, int pos, int n, int32_t *out, float *margins) {
     const int nv = c->model->hp.n_vocab;
     const double t0 = st_time_s();
     for (int i = 0; i < n; i++) {
@@ -49,8 +48,7 @@ static double greedy(struct context *c, float *logits, int pos, int n, int32_t *
 
 // Worst per-position NMSE of b against a over n positions of nv logits, and
 // the largest difference; counts positions whose top tokens agree.
-static double logits_nmse(const float *a, const float *b, int n, int nv, double *max_diff,
-                          int *top_agree) {
+static double logits_nmse(const float *a, const float *b, int n, int nv, double *max_diff, int *top_agree) {
     double worst = 0;
     *max_diff = 0;
     *top_agree = 0;
@@ -72,9 +70,8 @@ static double logits_nmse(const float *a, const float *b, int n, int nv, double 
 
 int main(int argc, char **argv) {
     const char *path = NULL, *name_a = "cpu", *name_r = NULL,
-               *prompt =
-                   "The capital of France is Paris. The capital of Germany is Berlin. The capital "
-                   "of Italy is Rome. The capital of Spain is";
+               *prompt = "The capital of France is Paris. The capital of Germany is Berlin. The capital "
+                         "of Italy is Rome. The capital of Spain is";
 #ifdef STRATA_GPU
     const char *name_b = "auto";
 #else
@@ -83,13 +80,20 @@ int main(int argc, char **argv) {
     int n_gen = 64;
     double max_nmse = 1e-2;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-a") && i + 1 < argc) name_a = argv[++i];
-        else if (!strcmp(argv[i], "-b") && i + 1 < argc) name_b = argv[++i];
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) name_r = argv[++i];
-        else if (!strcmp(argv[i], "-n") && i + 1 < argc) n_gen = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-p") && i + 1 < argc) prompt = argv[++i];
-        else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc) max_nmse = atof(argv[++i]);
-        else if (argv[i][0] != '-' && !path) path = argv[i];
+        if (!strcmp(argv[i], "-a") && i + 1 < argc)
+            name_a = argv[++i];
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc)
+            name_b = argv[++i];
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            name_r = argv[++i];
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc)
+            prompt = argv[++i];
+        else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc)
+            max_nmse = atof(argv[++i]);
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
         else {
             fprintf(stderr,
                     "usage: %s MODEL [-a BACKEND] [-b BACKEND] [-r BACKEND] [-n N] [-p TEXT] "
@@ -157,8 +161,8 @@ int main(int argc, char **argv) {
         const double nmse_br = logits_nmse(lg[2], lg[1], n_prompt, nv, &d_r, &a_r);
         const double bound = fmax(1.25 * nmse_ar, max_nmse);
         ok = nmse_br <= bound;
-        printf("prompt logits from %s (R): A worst NMSE %.3g, B worst NMSE %.3g (max %.3g)\n",
-               be[2]->name, nmse_ar, nmse_br, bound);
+        printf("prompt logits from %s (R): A worst NMSE %.3g, B worst NMSE %.3g (max %.3g)\n", be[2]->name,
+               nmse_ar, nmse_br, bound);
     } else {
         ok = nmse_ab <= max_nmse;
         printf("prompt logits: B's worst NMSE from A %.3g (max %.3g)\n", nmse_ab, max_nmse);
@@ -186,8 +190,8 @@ int main(int argc, char **argv) {
         char *text = NULL;
         size_t len = 0;
         tokenizer_decode(m->tok, gen[s], n_gen, false, &text, &len);
-        printf("%s: %.1f tok/s (%d tokens, one at a time, logits to the host each step): %.*s\n",
-               be[s]->name, (n_gen - 1) / secs[s], n_gen, (int)len, text ? text : "");
+        printf("%s: %.1f tok/s (%d tokens, one at a time, logits to the host each step): %.*s\n", be[s]->name,
+               (n_gen - 1) / secs[s], n_gen, (int)len, text ? text : "");
         free(text);
     }
     if (first < 0) {
@@ -196,8 +200,8 @@ int main(int argc, char **argv) {
         const bool tie = margin[0][first] <= 2 * max_diff;
         printf("greedy continuations: first differ at token %d (%d against %d); A's top-two margin "
                "there %.4g, %s twice the largest logit difference %.4g: %s\n",
-               first, gen[0][first], gen[1][first], (double)margin[0][first],
-               tie ? "within" : "beyond", 2 * max_diff, tie ? "a near-tie" : "NOT a near-tie");
+               first, gen[0][first], gen[1][first], (double)margin[0][first], tie ? "within" : "beyond",
+               2 * max_diff, tie ? "a near-tie" : "NOT a near-tie");
         ok = ok && tie;
     }
     printf("PARITY %s\n", ok ? "holds" : "FAILS");

@@ -23,8 +23,7 @@ int cli_parse_int(const char *flag, const char *s, long long lo, long long hi, l
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno)
-        return st_fail("%s: '%s' is not a whole number", flag, s);
+    if (end == s || *end || errno) return st_fail("%s: '%s' is not a whole number", flag, s);
     if (v < lo || v > hi) return st_fail("%s: %lld is out of range [%lld, %lld]", flag, v, lo, hi);
     *out = v;
     return 0;
@@ -34,8 +33,7 @@ int cli_parse_float(const char *flag, const char *s, double lo, double hi, doubl
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v))
-        return st_fail("%s: '%s' is not a number", flag, s);
+    if (end == s || *end || errno || !isfinite(v)) return st_fail("%s: '%s' is not a number", flag, s);
     if (v < lo || v > hi) return st_fail("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
     *out = v;
     return 0;
@@ -79,7 +77,7 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
     long long n;
     double f;
 #define IS(s1, s2) is_flag(a, s1, s2)
-#define VALUE()                                                                                   \
+#define VALUE()                                                                                              \
     if (!(v = cli_value(argc, argv, i))) return -1;
     if (IS("-m", "--model")) {
         VALUE();
@@ -148,4 +146,3 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
 #undef VALUE
     return 1;
 }
-

@@ -52,8 +52,7 @@ static int measure(struct context *c, const int32_t *toks, long long n_prompt, l
         if (n_gen > 0 && !status) {
             double t0 = st_time_s();
             for (long long i = 0; i < n_gen && !status; i++)
-                status = context_forward(c, &toks[n_prompt + i], 1, (int)(n_prompt + i), logits,
-                                         false);
+                status = context_forward(c, &toks[n_prompt + i], 1, (int)(n_prompt + i), logits, false);
             if (r >= 0) tg[r] = (double)n_gen / (st_time_s() - t0);
         }
     }
@@ -69,8 +68,8 @@ static void report(const char *tag, const struct model *m, long long n_prompt, l
     }
     if (n_gen > 0) {
         stats(tg, (int)reps, &mean, &sd);
-        printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/tok, weights streamed at %.1f GB/s)%s\n",
-               n_gen, mean, sd, 1e3 / mean, mean * m->weight_bytes / 1e9, tag);
+        printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/tok, weights streamed at %.1f GB/s)%s\n", n_gen, mean,
+               sd, 1e3 / mean, mean * m->weight_bytes / 1e9, tag);
     }
 }
 
@@ -89,8 +88,7 @@ static pid_t busy_start(int *cpu) {
         CPU_ZERO(&set);
         CPU_SET(*cpu, &set);
         sched_setaffinity(0, sizeof set, &set);
-        for (volatile unsigned long i = 0;; i++) {
-        }
+        for (volatile unsigned long i = 0;; i++) {}
     }
     return pid;
 }
@@ -118,13 +116,11 @@ int cli_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_prompt))
                 goto usage_error;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen))
-                goto usage_error;
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen)) goto usage_error;
         } else if (!strcmp(a, "--busy")) {
             busy = true;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps))
-                goto usage_error;
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps)) goto usage_error;
         } else {
             st_fail("unknown option '%s'", a);
             goto usage_error;
@@ -162,8 +158,8 @@ int cli_bench(int argc, char **argv) {
     if (!status) {
         char threads[16] = "all cores";
         if (o.s.n_threads > 0) snprintf(threads, sizeof threads, "%d", o.s.n_threads);
-        printf("model %s | %s | backend %s | threads %s | weights %.1f MB\n", o.s.model,
-               m->hp.arch, be->name, threads, m->weight_bytes / 1e6);
+        printf("model %s | %s | backend %s | threads %s | weights %.1f MB\n", o.s.model, m->hp.arch, be->name,
+               threads, m->weight_bytes / 1e6);
         report("", m, n_prompt, n_gen, pp, tg, reps);
     }
     if (!status && busy) {

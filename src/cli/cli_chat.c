@@ -104,8 +104,10 @@ static int read_line(struct line_reader *r, struct sbuf *out, const sigset_t *wa
         }
         ssize_t n = read(STDIN_FILENO, r->buf, sizeof r->buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) r->eof = true;
-        else r->end = (size_t)n;
+        if (n <= 0)
+            r->eof = true;
+        else
+            r->end = (size_t)n;
     }
 }
 
@@ -130,8 +132,7 @@ static void conv_push(struct conversation *c, const char *role, const char *cont
 static void conv_remove(struct conversation *c, int from, int count) {
     if (count == 0) return; // msgs may still be NULL, and NULL + 0 is undefined in C
     for (int i = from; i < from + count; i++) free((char *)c->msgs[i].content);
-    memmove(c->msgs + from, c->msgs + from + count,
-            sizeof *c->msgs * (size_t)(c->n - from - count));
+    memmove(c->msgs + from, c->msgs + from + count, sizeof *c->msgs * (size_t)(c->n - from - count));
     c->n -= count;
 }
 
@@ -154,16 +155,14 @@ static int on_token(void *user, int32_t id, const char *piece, size_t len) {
 // answer, dropping the oldest exchanges (after a system message) while it does
 // not. Returns the number of tokens (*ids malloc'd), or -1 with a message
 // when even the latest message alone does not fit.
-static int fit_conversation(const struct model *m, const struct chat_format *fmt,
-                            struct conversation *c, int first, int n_ctx, int reserve,
-                            int32_t **ids) {
+static int fit_conversation(const struct model *m, const struct chat_format *fmt, struct conversation *c,
+                            int first, int n_ctx, int reserve, int32_t **ids) {
     bool dropped = false;
     for (;;) {
         int n = session_chat_tokens(m, fmt, c->msgs, c->n, true, ids);
         if (n < 0) return -1;
         if (n + reserve <= n_ctx || (n < n_ctx && c->n - first <= 1)) {
-            if (dropped)
-                fprintf(stderr, "[the conversation outgrew the context: older turns dropped]\n");
+            if (dropped) fprintf(stderr, "[the conversation outgrew the context: older turns dropped]\n");
             return n;
         }
         free(*ids);
@@ -246,15 +245,15 @@ static int chat_set(const char *args, struct sampler_params *sp, long long *n_pr
                 "[temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g, repeat-last-n %d, "
                 "seed %llu, n-predict %lld]\n",
                 (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p,
-                (double)sp->repeat_penalty, sp->repeat_last_n, (unsigned long long)sp->seed,
-                *n_predict);
+                (double)sp->repeat_penalty, sp->repeat_last_n, (unsigned long long)sp->seed, *n_predict);
         return 0;
     }
     struct sampler_params p = *sp;
     double f;
     long long n;
     int rc = 0;
-    if (got < 2) rc = st_fail("/set %s needs a value", name);
+    if (got < 2)
+        rc = st_fail("/set %s needs a value", name);
     else if (!strcmp(name, "temp") || !strcmp(name, "temperature"))
         rc = cli_parse_float(name, value, 0, 1e6, &f) ? -1 : (p.temperature = (float)f, 0);
     else if (!strcmp(name, "top-k"))
@@ -347,8 +346,7 @@ int cli_chat(int argc, char **argv) {
     if (session_open(&o.s, &ss)) goto fail;
     m = ss.model;
     ctx = ss.ctx;
-    if (session_chat_format(m, template_name, &fmt) || session_chat_no_think(&fmt, no_think))
-        goto fail;
+    if (session_chat_format(m, template_name, &fmt) || session_chat_no_think(&fmt, no_think)) goto fail;
     if (!(smp = sampler_init(&o.sp, m->hp.n_vocab))) goto fail;
     const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
     if (tty && editor_open(&ed, argv[0])) goto fail;
@@ -384,8 +382,7 @@ int cli_chat(int argc, char **argv) {
                     if (!(smp = sampler_init(&o.sp, m->hp.n_vocab))) goto fail;
                 }
             } else {
-                fprintf(stderr, "[unknown command '%s': /reset, /set, /quit; //TEXT sends /TEXT]\n",
-                        line);
+                fprintf(stderr, "[unknown command '%s': /reset, /set, /quit; //TEXT sends /TEXT]\n", line);
             }
             continue;
         }
@@ -415,8 +412,10 @@ int cli_chat(int argc, char **argv) {
         }
         fputs("\n", stdout);
         fflush(stdout);
-        if (answer.len) conv_push(&conv, "assistant", answer.p, answer.len);
-        else conv_remove(&conv, conv.n - 1, 1); // stopped before a word: forget the question
+        if (answer.len)
+            conv_push(&conv, "assistant", answer.p, answer.len);
+        else
+            conv_remove(&conv, conv.n - 1, 1); // stopped before a word: forget the question
         sbuf_free(&answer);
         fprintf(stderr, "[%s%d tokens, %.1f tok/s | prompt %d tokens, %d from cache]\n",
                 st.stop_reason == GEN_STOP_CALLER    ? "stopped, "

@@ -60,7 +60,8 @@ static int info_parse_args(int argc, char **argv, struct info_opts *o, int *stat
             return 1;
         }
         if (o->model) {
-            fprintf(stderr, "strata info: one model at a time ('%s' and '%s'); see strata info --help\n", o->model, a);
+            fprintf(stderr, "strata info: one model at a time ('%s' and '%s'); see strata info --help\n",
+                    o->model, a);
             *status = 2;
             return 1;
         }
@@ -97,8 +98,7 @@ static int print_devices(void) {
         printf("device %d: %s | %s | warp %d | %d SMs | %.1f GiB free of %.1f GiB | code %s | "
                "%s\n",
                i, d.name, d.arch, d.warp_size, d.n_sm, d.free_bytes / 1073741824.0,
-               d.total_bytes / 1073741824.0, d.has_code ? "yes" : "no",
-               gpu_policy_name(d.policy));
+               d.total_bytes / 1073741824.0, d.has_code ? "yes" : "no", gpu_policy_name(d.policy));
         if (d.note[0]) printf("  %s\n", d.note);
     }
 #else
@@ -119,14 +119,26 @@ static uint64_t print_escaped(FILE *out, const char *s, uint64_t len, uint64_t m
     for (uint64_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         switch (c) {
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\r':
+            fputs("\\r", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
         default:
-            if (c < 0x20 || c == 0x7f) fprintf(out, "\\x%02x", c);
-            else fputc(c, out);
+            if (c < 0x20 || c == 0x7f)
+                fprintf(out, "\\x%02x", c);
+            else
+                fputc(c, out);
         }
     }
     return n;
@@ -151,8 +163,10 @@ static void print_float(FILE *out, double x, int is_f32) {
 }
 
 static void type_name(char *buf, size_t cap, const struct gguf_value *v) {
-    if (v->type == GGUF_VTYPE_ARRAY) snprintf(buf, cap, "array[%s]", gguf_vtype_name(v->v.arr.type));
-    else snprintf(buf, cap, "%s", gguf_vtype_name(v->type));
+    if (v->type == GGUF_VTYPE_ARRAY)
+        snprintf(buf, cap, "array[%s]", gguf_vtype_name(v->v.arr.type));
+    else
+        snprintf(buf, cap, "%s", gguf_vtype_name(v->type));
 }
 
 static void print_value(FILE *out, const struct gguf_value *v, int depth);
@@ -167,8 +181,10 @@ static void print_array(FILE *out, const struct gguf_array *a, int depth) {
     for (uint64_t i = 0; i < shown; i++) {
         if (i) fputs(", ", out);
         if (a->items) {
-            if (a->type == GGUF_VTYPE_STRING) print_str(out, &a->items[i].v.str, INFO_ITEM_STR_MAX);
-            else print_value(out, &a->items[i], depth + 1);
+            if (a->type == GGUF_VTYPE_STRING)
+                print_str(out, &a->items[i].v.str, INFO_ITEM_STR_MAX);
+            else
+                print_value(out, &a->items[i], depth + 1);
         } else if (a->type == GGUF_VTYPE_BOOL) {
             fputs(gguf_array_int(a, i) ? "true" : "false", out);
         } else if (a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64) {
@@ -188,17 +204,30 @@ static void print_value(FILE *out, const struct gguf_value *v, int depth) {
     case GGUF_VTYPE_UINT8:
     case GGUF_VTYPE_UINT16:
     case GGUF_VTYPE_UINT32:
-    case GGUF_VTYPE_UINT64: fprintf(out, "%" PRIu64, v->v.u64); break;
+    case GGUF_VTYPE_UINT64:
+        fprintf(out, "%" PRIu64, v->v.u64);
+        break;
     case GGUF_VTYPE_INT8:
     case GGUF_VTYPE_INT16:
     case GGUF_VTYPE_INT32:
-    case GGUF_VTYPE_INT64: fprintf(out, "%" PRId64, v->v.i64); break;
+    case GGUF_VTYPE_INT64:
+        fprintf(out, "%" PRId64, v->v.i64);
+        break;
     case GGUF_VTYPE_FLOAT32:
-    case GGUF_VTYPE_FLOAT64: print_float(out, v->v.f64, v->type == GGUF_VTYPE_FLOAT32); break;
-    case GGUF_VTYPE_BOOL: fputs(v->v.u64 ? "true" : "false", out); break;
-    case GGUF_VTYPE_STRING: print_str(out, &v->v.str, INFO_STR_MAX); break;
-    case GGUF_VTYPE_ARRAY: print_array(out, &v->v.arr, depth); break;
-    case GGUF_VTYPE_COUNT: ST_ASSERT(!"the reader admits only defined types");
+    case GGUF_VTYPE_FLOAT64:
+        print_float(out, v->v.f64, v->type == GGUF_VTYPE_FLOAT32);
+        break;
+    case GGUF_VTYPE_BOOL:
+        fputs(v->v.u64 ? "true" : "false", out);
+        break;
+    case GGUF_VTYPE_STRING:
+        print_str(out, &v->v.str, INFO_STR_MAX);
+        break;
+    case GGUF_VTYPE_ARRAY:
+        print_array(out, &v->v.arr, depth);
+        break;
+    case GGUF_VTYPE_COUNT:
+        ST_ASSERT(!"the reader admits only defined types");
     }
 }
 
@@ -242,8 +271,8 @@ static void print_tensors(FILE *out, const struct gguf_file *f) {
         nw = w > nw ? w : nw;
     }
     char shapes[96];
-    fprintf(out, "\ntensors (%" PRIu64 "):\n  %-*s  %-7s  %-24s  %s\n", f->n_tensors, nw, "name", "type", "shape",
-            "bytes");
+    fprintf(out, "\ntensors (%" PRIu64 "):\n  %-*s  %-7s  %-24s  %s\n", f->n_tensors, nw, "name", "type",
+            "shape", "bytes");
     uint64_t total_bytes = 0, total_params = 0;
     uint64_t count_by_type[GGML_TYPE_COUNT] = {0}, bytes_by_type[GGML_TYPE_COUNT] = {0};
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -261,7 +290,8 @@ static void print_tensors(FILE *out, const struct gguf_file *f) {
         count_by_type[t->type]++;
         bytes_by_type[t->type] += t->nbytes;
     }
-    fprintf(out, "\ntotal: %" PRIu64 " tensors, %" PRIu64 " bytes (%.2f MiB), %" PRIu64 " parameters (%.2f M)\n",
+    fprintf(out,
+            "\ntotal: %" PRIu64 " tensors, %" PRIu64 " bytes (%.2f MiB), %" PRIu64 " parameters (%.2f M)\n",
             f->n_tensors, total_bytes, (double)total_bytes / (1024.0 * 1024.0), total_params,
             (double)total_params / 1e6);
     fputs("by type:\n", out);

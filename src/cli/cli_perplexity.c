@@ -80,8 +80,8 @@ static char *read_text(const char *path, size_t *len) {
 }
 
 static bool is_session_flag(const char *a) {
-    static const char *const flags[] = {"-m", "--model", "-c", "--ctx-size", "-t", "--threads",
-                                        "-b", "--batch-size", "--backend"};
+    static const char *const flags[] = {"-m",        "--model", "-c",           "--ctx-size", "-t",
+                                        "--threads", "-b",      "--batch-size", "--backend"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strcmp(a, flags[i])) return true;
     return false;
@@ -103,8 +103,7 @@ static int text_tokens(const struct model *m, const char *path, int32_t **ids) {
     return n;
 }
 
-static int run_kld(struct session *ss, struct ppl_kld_file *kf, const char *text_path,
-                   int max_chunks) {
+static int run_kld(struct session *ss, struct ppl_kld_file *kf, const char *text_path, int max_chunks) {
     if (text_path) {
         int32_t *ids = NULL;
         const int n = text_tokens(ss->model, text_path, &ids);
@@ -140,8 +139,7 @@ static int run_ppl(struct session *ss, const char *text_path, int n_ctx, int max
     struct ppl_kld_file kf = {0};
     const int n_chunk = ppl_chunk_count(n, n_ctx, max_chunks);
     if (kld_path && n_chunk > 0) {
-        if ((rc = ppl_kld_file_create(kld_path, n_ctx, m->hp.n_vocab, n_chunk, ids, &kf)))
-            goto done;
+        if ((rc = ppl_kld_file_create(kld_path, n_ctx, m->hp.n_vocab, n_chunk, ids, &kf))) goto done;
         fprintf(stderr, "perplexity: saving all log-probabilities to %s\n", kld_path);
     }
     const struct ppl_output out = {.progress = stdout, .info = stderr};
@@ -231,13 +229,13 @@ int cli_perplexity(int argc, char **argv) {
     struct session ss;
     int rc = session_open(&o.s, &ss);
     if (!rc && n_ctx > ss.model->hp.n_ctx_train)
-        rc = st_fail("-c %d is larger than the model's context of %d tokens; use -c %d or less",
-                     n_ctx, ss.model->hp.n_ctx_train, ss.model->hp.n_ctx_train);
+        rc = st_fail("-c %d is larger than the model's context of %d tokens; use -c %d or less", n_ctx,
+                     ss.model->hp.n_ctx_train, ss.model->hp.n_ctx_train);
     if (!rc) {
         char threads[16] = "all cores";
         if (o.s.n_threads > 0) snprintf(threads, sizeof threads, "%d", o.s.n_threads);
-        fprintf(stderr, "perplexity: model %s | backend %s | threads %s | n_ctx %d | n_batch %d\n",
-                o.s.model, ss.be->name, threads, n_ctx, ss.ctx->n_batch);
+        fprintf(stderr, "perplexity: model %s | backend %s | threads %s | n_ctx %d | n_batch %d\n", o.s.model,
+                ss.be->name, threads, n_ctx, ss.ctx->n_batch);
         rc = kld ? run_kld(&ss, &base, text_path, (int)max_chunks)
                  : run_ppl(&ss, text_path, n_ctx, (int)max_chunks, kld_path);
     }

@@ -112,7 +112,8 @@ int cli_run(int argc, char **argv) {
         goto usage_error;
     }
     if (!prompt == !file) {
-        st_fail(prompt ? "give the prompt with -p or -f, not both" : "no prompt given: use -p TEXT or -f FILE");
+        st_fail(prompt ? "give the prompt with -p or -f, not both"
+                       : "no prompt given: use -p TEXT or -f FILE");
         goto usage_error;
     }
     if ((system || template_name || no_think) && !chat) {

@@ -85,12 +85,10 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
         } else if (!strcmp(a, "--no-think")) {
             cfg->no_think = true;
         } else if (!strcmp(a, "--timeout")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, 0.1, 86400 * 7, &f))
-                return -1;
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, 0.1, 86400 * 7, &f)) return -1;
             cfg->timeout_s = f;
         } else if (!strcmp(a, "--max-body")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1024, 1ll << 30, &n))
-                return -1;
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1024, 1ll << 30, &n)) return -1;
             cfg->max_body = (size_t)n;
         } else if (!strcmp(a, "--max-queue")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1 << 20, &n)) return -1;

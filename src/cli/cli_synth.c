@@ -96,12 +96,12 @@ int cli_synth(int argc, char **argv) {
                    !strcmp(a, "--attn-softcap") || !strcmp(a, "--final-softcap")) {
             double f;
             if (cli_parse_float(a, v, 1e-6, 1e9, &f)) goto usage_error;
-            float *dst = !strcmp(a, "--rope-base")       ? &p.rope_base
-                         : !strcmp(a, "--rope-base-swa") ? &p.rope_base_swa
-                         : !strcmp(a, "--rope-factor")   ? &p.rope_factor
+            float *dst = !strcmp(a, "--rope-base")          ? &p.rope_base
+                         : !strcmp(a, "--rope-base-swa")    ? &p.rope_base_swa
+                         : !strcmp(a, "--rope-factor")      ? &p.rope_factor
                          : !strcmp(a, "--rope-attn-factor") ? &p.rope_attn_factor
-                         : !strcmp(a, "--attn-softcap")  ? &p.attn_softcap
-                                                         : &p.final_softcap;
+                         : !strcmp(a, "--attn-softcap")     ? &p.attn_softcap
+                                                            : &p.final_softcap;
             *dst = (float)f;
         } else if (!strcmp(a, "--shape")) {
             struct synth_params d = synth_default_params();
@@ -145,21 +145,36 @@ int cli_synth(int argc, char **argv) {
             if (cli_parse_int(a, v, 0, (long long)1 << 62, &n)) goto usage_error;
             p.seed = (uint64_t)n;
         } else {
-            if (!strcmp(a, "--vocab")) field = &p.n_vocab, lo = 257;
-            else if (!strcmp(a, "--dim")) field = &p.n_embd;
-            else if (!strcmp(a, "--layers")) field = &p.n_layer, hi = 1024;
-            else if (!strcmp(a, "--heads")) field = &p.n_head, hi = 1024;
-            else if (!strcmp(a, "--kv-heads")) field = &p.n_head_kv, hi = 1024;
-            else if (!strcmp(a, "--ff")) field = &p.n_ff;
-            else if (!strcmp(a, "--ctx")) field = &p.n_ctx_train, hi = 1 << 24;
-            else if (!strcmp(a, "--head-dim")) field = &p.head_dim, hi = 4096;
-            else if (!strcmp(a, "--rot")) field = &p.n_rot, hi = 4096;
-            else if (!strcmp(a, "--experts")) field = &p.n_expert, lo = 0, hi = 1024;
-            else if (!strcmp(a, "--experts-used")) field = &p.n_expert_used, hi = 1024;
-            else if (!strcmp(a, "--ff-exp")) field = &p.n_ff_exp;
-            else if (!strcmp(a, "--ff-shexp")) field = &p.n_ff_shexp;
-            else if (!strcmp(a, "--swa")) field = &p.n_swa, lo = 0, hi = 1 << 24;
-            else if (!strcmp(a, "--rope-orig-ctx")) field = &p.rope_orig_ctx, hi = 1 << 24;
+            if (!strcmp(a, "--vocab"))
+                field = &p.n_vocab, lo = 257;
+            else if (!strcmp(a, "--dim"))
+                field = &p.n_embd;
+            else if (!strcmp(a, "--layers"))
+                field = &p.n_layer, hi = 1024;
+            else if (!strcmp(a, "--heads"))
+                field = &p.n_head, hi = 1024;
+            else if (!strcmp(a, "--kv-heads"))
+                field = &p.n_head_kv, hi = 1024;
+            else if (!strcmp(a, "--ff"))
+                field = &p.n_ff;
+            else if (!strcmp(a, "--ctx"))
+                field = &p.n_ctx_train, hi = 1 << 24;
+            else if (!strcmp(a, "--head-dim"))
+                field = &p.head_dim, hi = 4096;
+            else if (!strcmp(a, "--rot"))
+                field = &p.n_rot, hi = 4096;
+            else if (!strcmp(a, "--experts"))
+                field = &p.n_expert, lo = 0, hi = 1024;
+            else if (!strcmp(a, "--experts-used"))
+                field = &p.n_expert_used, hi = 1024;
+            else if (!strcmp(a, "--ff-exp"))
+                field = &p.n_ff_exp;
+            else if (!strcmp(a, "--ff-shexp"))
+                field = &p.n_ff_shexp;
+            else if (!strcmp(a, "--swa"))
+                field = &p.n_swa, lo = 0, hi = 1 << 24;
+            else if (!strcmp(a, "--rope-orig-ctx"))
+                field = &p.rope_orig_ctx, hi = 1 << 24;
             if (!field) {
                 st_fail("unknown option '%s'", a);
                 goto usage_error;

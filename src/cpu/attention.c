@@ -9,7 +9,6 @@
 #include "cpu/threadpool.h"
 #include "util.h"
 
-
 #define DSPLIT 128 // keys per task: ranges are absolute, so a token's arithmetic never depends on the batch
 
 static int n_pieces(int n, int pos0) { return (pos0 + n + DSPLIT - 1) / DSPLIT; }
@@ -32,7 +31,8 @@ size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int 
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))),              \
+                             apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
@@ -46,14 +46,16 @@ struct att_job {
     int n, pos0, n_head, n_head_kv, hd;
     float scale, softcap; // softcap 0: none
     int window;           // keys a token sees, itself included; 0: all before it
-    float *partials; // (n, n_head, pieces, hd + 2): max, sum, unnormalized output
-    int pieces;      // key ranges of DSPLIT
-    float *scratch;  // per thread: stride floats
+    float *partials;      // (n, n_head, pieces, hd + 2): max, sum, unnormalized output
+    int pieces;           // key ranges of DSPLIT
+    float *scratch;       // per thread: stride floats
     size_t stride;
 };
 // --- the kernel ---------------------------------------------------------------------------
 
-static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
 
 // r[k] = Σ lanes of v[k], k < 16. The inputs are taken in transposed order
 // (v[4(k%4) + k/4] as the k-th), which the three shuffle-and-add levels undo.
@@ -70,10 +72,10 @@ static inline __m512 hsum16(const __m512 v[16]) {
                              _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
 #pragma GCC unroll 2
     for (int i = 0; i < 2; i++)
-        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44), _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
 }
-
 
 // Scores (unscaled) of the ns ≤ 16 keys from kc (rows kv_dim apart) for query q:
 // lane i = q · k_i, lanes from ns on −inf (and their keys not read).
@@ -85,7 +87,8 @@ static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd
         for (int d = 0; d < hd; d += 16) {
             const __m512 qd = _mm512_loadu_ps(q + d);
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kc + (size_t)i * kv_dim + d), acc[i]);
+            for (int i = 0; i < 16; i++)
+                acc[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kc + (size_t)i * kv_dim + d), acc[i]);
         }
     } else {
         for (int d = 0; d < hd; d += 16) {
@@ -100,7 +103,8 @@ static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd
 
 // o (hd) = o·alpha + Σ_k<nk p_k v_k (rows kv_dim apart): 64 dimensions at a time,
 // even and odd keys apart (eight independent chains of multiply-adds).
-static inline void pv_update(float *o, __m512 alpha, const float *pk, const float *vc, int kv_dim, int hd, int nk) {
+static inline void pv_update(float *o, __m512 alpha, const float *pk, const float *vc, int kv_dim, int hd,
+                             int nk) {
     for (int d0 = 0; d0 < hd; d0 += 64) {
         __mmask16 mk[4];
         for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
@@ -124,10 +128,12 @@ static inline void pv_update(float *o, __m512 alpha, const float *pk, const floa
             const __m512 pe = _mm512_set1_ps(pk[k]);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
+                oe[c] = _mm512_fmadd_ps(
+                    pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
         }
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(o + d0 + 16 * c, mk[c], _mm512_add_ps(oe[c], oo[c]));
     }
 }
 
@@ -141,17 +147,18 @@ static inline void pv_update(float *o, __m512 alpha, const float *pk, const floa
 // softmax updates, then the value sums, so one query's long chain of dependent
 // steps overlaps another's. Each query's arithmetic is its own. Scores are
 // q·k·scale, then cap·tanh(score/cap) when cap > 0.
-static inline void queries_block(int nq, const float *const *qh, const int *lo, const float *kc, const float *vc,
-                                 int kv_dim, int hd, int nk, __m512 scale, float cap, float *m, float *l,
-                                 float *const *o) {
+static inline void queries_block(int nq, const float *const *qh, const int *lo, const float *kc,
+                                 const float *vc, int kv_dim, int hd, int nk, __m512 scale, float cap,
+                                 float *m, float *l, float *const *o) {
     float sc[QG][KBLK], pk[QG][KBLK];
     __m512 alpha[QG];
     for (int i = 0; i < nq; i++) {
 #pragma GCC unroll 4
         for (int sb = 0; sb < KBLK / 16; sb++) {
             const int ns = nk - 16 * sb < 0 ? 0 : (nk - 16 * sb > 16 ? 16 : nk - 16 * sb);
-            const __m512 sv = ns ? _mm512_mul_ps(score16(qh[i], kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
-                                 : _mm512_set1_ps(-INFINITY);
+            const __m512 sv =
+                ns ? _mm512_mul_ps(score16(qh[i], kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
+                   : _mm512_set1_ps(-INFINITY);
             _mm512_storeu_ps(sc[i] + 16 * sb, sv);
         }
         if (cap > 0)
@@ -192,7 +199,7 @@ static void attend(const struct att_job *j, int t0, int nt, int hkv0, int hkv1, 
     const int k0 = piece * DSPLIT;
     const __m512 scale = _mm512_set1_ps(j->scale);
     float *ms = j->scratch + (size_t)ith * j->stride, *ls = ms + TQ * j->n_head; // per query of the task
-#define PART(t, h) (j->partials + (((size_t)(t) * j->n_head + (h)) * j->pieces + piece) * ((size_t)hd + 2))
+#define PART(t, h) (j->partials + (((size_t)(t)*j->n_head + (h)) * j->pieces + piece) * ((size_t)hd + 2))
     for (int i = 0; i < nt * nh; i++) {
         memset(PART(t0 + i / nh, hkv0 * G + i % nh), 0, sizeof(float) * ((size_t)hd + 2));
         ms[i] = -INFINITY, ls[i] = 0;
@@ -289,7 +296,8 @@ static void merge_task(void *arg, int th, int ith) {
         for (int p = 0; p < j->pieces; p++) {
             const float *pp = part + (size_t)p * (hd + 2);
             const float wp = p < 64 ? w[p] : (pp[1] == 0 ? 0.0f : expf(pp[0] - M));
-            if (wp != 0) acc = _mm512_fmadd_ps(_mm512_set1_ps(wp), _mm512_maskz_loadu_ps(mk, pp + 2 + d), acc);
+            if (wp != 0)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(wp), _mm512_maskz_loadu_ps(mk, pp + 2 + d), acc);
         }
         _mm512_mask_storeu_ps(o + d, mk, _mm512_mul_ps(acc, inv));
     }
@@ -298,14 +306,23 @@ static void merge_task(void *arg, int th, int ith) {
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
                       float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
                       const struct attn_params *ap, float *scratch) {
-    struct att_job j = {q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim,
-                        ap->scale, ap->softcap, ap->window, scratch, n_pieces(n, pos0), NULL,
-                        per_thread(n_head, n_head_kv)};
+    struct att_job j = {q,           k_cache,
+                        v_cache,     out,
+                        n,           pos0,
+                        n_head,      n_head_kv,
+                        head_dim,    ap->scale,
+                        ap->softcap, ap->window,
+                        scratch,     n_pieces(n, pos0),
+                        NULL,        per_thread(n_head, n_head_kv)};
     j.scratch = scratch + (size_t)n * n_head * (size_t)j.pieces * ((size_t)head_dim + 2);
-    if (n < TQ) threadpool_run_chunks(tp, few_task, &j, n * j.pieces);
-    else threadpool_run_chunks(tp, prompt_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
-    if (n * n_head >= 64) threadpool_run_chunks(tp, merge_task, &j, n * n_head);
-    else for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
+    if (n < TQ)
+        threadpool_run_chunks(tp, few_task, &j, n * j.pieces);
+    else
+        threadpool_run_chunks(tp, prompt_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
+    if (n * n_head >= 64)
+        threadpool_run_chunks(tp, merge_task, &j, n * n_head);
+    else
+        for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
 }
 
 #if defined(__clang__)

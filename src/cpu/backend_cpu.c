@@ -66,17 +66,14 @@ static void *cpu_alloc(struct backend *be, size_t bytes) {
     return p;
 }
 
-
-
-
 // --- matmul ----------------------------------------------------------------------
 
 struct mm_job {
     const struct weight *w;
     quant_vec_dot_fn dot;
-    const char *act;  // n rows of act_bytes
+    const char *act; // n rows of act_bytes
     size_t act_bytes;
-    float *y;         // (n, w->rows)
+    float *y; // (n, w->rows)
     int n;
     atomic_long next; // next unclaimed row
 };
@@ -157,8 +154,7 @@ static void cpu_fast_release_weight(struct backend *be, const struct weight *w) 
     gemm_cache_remove(cpu_of(be)->gemm, w->data);
 }
 
-static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y,
-                       int n) {
+static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
     struct cpu *c = cpu_of(be);
     const struct gemm_weight *gw = gemm_cache_find(c->gemm, w->data);
     if (gw && gw->type == w->type && gw->rows == w->rows && gw->cols == w->cols) {
@@ -179,11 +175,11 @@ static void cpu_matmul(struct backend *be, const struct weight *w, const float *
 struct mmid_job {
     const struct weight *w;
     quant_vec_dot_fn dot;
-    const char *rows;      // the expert's first row
-    const char *act;       // activation rows of act_bytes
+    const char *rows; // the expert's first row
+    const char *act;  // activation rows of act_bytes
     size_t act_bytes;
-    const int *pair_act;   // [n_pairs] activation row of each pair
-    float *const *pair_y;  // [n_pairs] output row (w->rows) of each pair
+    const int *pair_act;  // [n_pairs] activation row of each pair
+    float *const *pair_y; // [n_pairs] output row (w->rows) of each pair
     int n_pairs;
     atomic_long next;
 };
@@ -290,9 +286,9 @@ static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
-static void cpu_attention(struct backend *be, const float *q, const float *k_cache,
-                          const float *v_cache, float *out, int n, int pos0, int n_head,
-                          int n_head_kv, int head_dim, const struct attn_params *ap) {
+static void cpu_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+                          float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                          const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
     const bool fast = c->isa >= GEMM_ISA_AVX512;
     const int nth = threadpool_size(c->tp);
@@ -316,9 +312,8 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
 
 // --- small ops -------------------------------------------------------------------
 
-
-static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
-                         int n, int dim, float eps) {
+static void cpu_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out, int n,
+                         int dim, float eps) {
     vec_rms_norm(cpu_of(be)->isa >= GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
@@ -365,13 +360,10 @@ static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_d
     }
 }
 
-
-static void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out,
-                    int n, int dim, int stride) {
+static void cpu_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out, int n,
+                    int dim, int stride) {
     vec_glu(cpu_of(be)->tp, cpu_of(be)->isa >= GEMM_ISA_AVX512, act, g, u, out, n, dim, stride);
 }
-
-
 
 static void cpu_free(struct backend *be) {
     struct cpu *c = cpu_of(be);

@@ -32,8 +32,8 @@ static void ref_copy(struct backend *be, void *dst, const void *src, size_t byte
     memmove(dst, src, bytes);
 }
 
-static void ref_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
-                         int n, int dim, float eps) {
+static void ref_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out, int n,
+                         int dim, float eps) {
     (void)be;
     const float *g = w->data;
     for (int i = 0; i < n; i++) {
@@ -46,8 +46,8 @@ static void ref_rms_norm(struct backend *be, const struct weight *w, const float
 }
 
 // y (n, rows) for the rows of one matrix starting at `data`.
-static void ref_product(const struct weight *w, const void *data, const float *x, size_t x_stride,
-                        float *y, size_t y_stride, int n) {
+static void ref_product(const struct weight *w, const void *data, const float *x, size_t x_stride, float *y,
+                        size_t y_stride, int n) {
     const struct quant_traits *qt = quant_get(w->type);
     float *row = st_xmalloc(sizeof(float) * (size_t)w->cols);
     for (int64_t r = 0; r < w->rows; r++) {
@@ -71,7 +71,8 @@ static void ref_add_bias(struct backend *be, const struct weight *b, float *x, i
     (void)be;
     const float *bv = b->data;
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < dim; j++) x[(size_t)i * dim + j] = (float)((double)x[(size_t)i * dim + j] + bv[j]);
+        for (int j = 0; j < dim; j++)
+            x[(size_t)i * dim + j] = (float)((double)x[(size_t)i * dim + j] + bv[j]);
 }
 
 static void ref_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
@@ -92,8 +93,8 @@ static void ref_rope(struct backend *be, float *x, int n, int n_head, int head_d
         }
 }
 
-static void ref_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
-                         const float *v, int n, int pos0, int kv_dim) {
+static void ref_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                         int n, int pos0, int kv_dim) {
     (void)be;
     for (size_t i = 0; i < (size_t)n * kv_dim; i++) {
         k_cache[(size_t)pos0 * kv_dim + i] = k[i];
@@ -101,9 +102,9 @@ static void ref_kv_store(struct backend *be, float *k_cache, float *v_cache, con
     }
 }
 
-static void ref_attention(struct backend *be, const float *q, const float *k_cache,
-                          const float *v_cache, float *out, int n, int pos0, int n_head,
-                          int n_head_kv, int head_dim, const struct attn_params *ap) {
+static void ref_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+                          float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                          const struct attn_params *ap) {
     (void)be;
     const int group = n_head / n_head_kv;
     const int kv_dim = n_head_kv * head_dim;
@@ -140,8 +141,8 @@ static void ref_attention(struct backend *be, const float *q, const float *k_cac
     free(acc);
 }
 
-static void ref_glu(struct backend *be, enum glu_act act, const float *g, const float *u,
-                    float *out, int n, int dim, int stride) {
+static void ref_glu(struct backend *be, enum glu_act act, const float *g, const float *u, float *out, int n,
+                    int dim, int stride) {
     (void)be;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < dim; j++) {
@@ -170,8 +171,8 @@ static void ref_softcap(struct backend *be, float *x, int64_t n, float cap) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)(cap * tanh((double)x[i] / cap));
 }
 
-static void ref_moe_route(struct backend *be, const float *logits, int n,
-                          const struct moe_params *mp, int32_t *ids, float *weights) {
+static void ref_moe_route(struct backend *be, const float *logits, int n, const struct moe_params *mp,
+                          int32_t *ids, float *weights) {
     (void)be;
     const int ne = mp->n_expert, k = mp->n_used;
     double *g = st_xmalloc(sizeof(double) * (size_t)ne);
@@ -219,8 +220,8 @@ static void ref_matmul_id(struct backend *be, const struct weight *w, const floa
         }
 }
 
-static void ref_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k,
-                            int dim, float *out) {
+static void ref_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k, int dim,
+                            float *out) {
     (void)be;
     for (int t = 0; t < n; t++)
         for (int j = 0; j < dim; j++) {

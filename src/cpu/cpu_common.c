@@ -8,8 +8,7 @@
 #include "cpu/cpu_ops.h"
 #include "util.h"
 
-void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n,
-                  float *out) {
+void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n, float *out) {
     (void)be;
     const struct quant_traits *qt = quant_get(emb->type);
     for (int i = 0; i < n; i++)
@@ -17,8 +16,8 @@ void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *t
                            out + (size_t)i * emb->cols, emb->cols);
 }
 
-void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
-                  const float *v, int n, int pos0, int kv_dim) {
+void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v, int n,
+                  int pos0, int kv_dim) {
     (void)be;
     memcpy(k_cache + (size_t)pos0 * kv_dim, k, sizeof(float) * (size_t)n * kv_dim);
     memcpy(v_cache + (size_t)pos0 * kv_dim, v, sizeof(float) * (size_t)n * kv_dim);
@@ -67,17 +66,15 @@ static uint64_t mem_available(void) {
     return kb * 1024;
 }
 
-int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes,
-                     uint64_t scratch_bytes, int n_ctx) {
+int cpu_check_memory(struct backend *be, uint64_t weight_bytes, uint64_t kv_bytes, uint64_t scratch_bytes,
+                     int n_ctx) {
     (void)be;
     (void)weight_bytes; // the weights stay in the file's mapping, shared with the page cache
     const uint64_t avail = mem_available();
     if (!avail || kv_bytes + scratch_bytes <= avail) return 0;
     const uint64_t per_pos = n_ctx > 0 ? kv_bytes / (uint64_t)n_ctx : 0;
-    const uint64_t fit =
-        per_pos && avail > scratch_bytes ? (avail - scratch_bytes) / 2 / per_pos : 0;
+    const uint64_t fit = per_pos && avail > scratch_bytes ? (avail - scratch_bytes) / 2 / per_pos : 0;
     return st_fail("-c %d needs %.2f GiB of KV cache and %.2f GiB of scratch but only %.2f GiB of "
                    "memory is available; use -c %" PRIu64 " or less",
-                   n_ctx, kv_bytes / 1073741824.0, scratch_bytes / 1073741824.0,
-                   avail / 1073741824.0, fit);
+                   n_ctx, kv_bytes / 1073741824.0, scratch_bytes / 1073741824.0, avail / 1073741824.0, fit);
 }

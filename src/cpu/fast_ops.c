@@ -26,8 +26,8 @@ void cpu_softcap(struct backend *be, float *x, int64_t n, float cap) {
     for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
 }
 
-void cpu_moe_route(struct backend *be, const float *logits, int n, const struct moe_params *mp,
-                   int32_t *ids, float *weights) {
+void cpu_moe_route(struct backend *be, const float *logits, int n, const struct moe_params *mp, int32_t *ids,
+                   float *weights) {
     (void)be;
     const int ne = mp->n_expert, k = mp->n_used;
     float *g = st_xmalloc(sizeof(float) * (size_t)ne);
@@ -65,8 +65,8 @@ void cpu_moe_route(struct backend *be, const float *logits, int n, const struct 
     free(g);
 }
 
-void cpu_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k,
-                     int dim, float *out) {
+void cpu_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k, int dim,
+                     float *out) {
     (void)be;
     for (int t = 0; t < n; t++) {
         float *o = out + (size_t)t * dim;

@@ -91,8 +91,10 @@ static void choose_best(void) {
         for (int i = 0; i < GEMM_ISA_COUNT; i++)
             if (!strcmp(cap, isa_names[i])) want = i;
         if (want < 0)
-            fprintf(stderr, "strata: STRATA_CPU_ISA=%s is not one of scalar, avx2, avxvnni, avx512, "
-                            "amx; ignored\n", cap);
+            fprintf(stderr,
+                    "strata: STRATA_CPU_ISA=%s is not one of scalar, avx2, avxvnni, avx512, "
+                    "amx; ignored\n",
+                    cap);
         else if (want < (int)isa && (want != GEMM_ISA_AVXVNNI || gemm_isa_available(GEMM_ISA_AVXVNNI)))
             isa = (enum gemm_isa)want;
         else if (want < (int)isa)
@@ -113,11 +115,15 @@ gemm_kernel_fn gemm_kernel(enum gemm_isa isa, enum gemm_type gt, int n) {
     case GEMM_ISA_AMX:
         if (n >= 16 && gemm_kernels_amx[gt]) return gemm_kernels_amx[gt];
         return gemm_kernels_avx512[gt];
-    case GEMM_ISA_AVX512: return gemm_kernels_avx512[gt];
-    case GEMM_ISA_AVXVNNI: return gemm_kernels_avxvnni[gt];
-    case GEMM_ISA_AVX2: return gemm_kernels_avx2[gt];
+    case GEMM_ISA_AVX512:
+        return gemm_kernels_avx512[gt];
+    case GEMM_ISA_AVXVNNI:
+        return gemm_kernels_avxvnni[gt];
+    case GEMM_ISA_AVX2:
+        return gemm_kernels_avx2[gt];
 #endif
-    default: return gemm_kernels_scalar[gt];
+    default:
+        return gemm_kernels_scalar[gt];
     }
 }
 
@@ -140,7 +146,9 @@ struct gemm_cache {
     size_t cap, used;
 };
 
-struct gemm_cache *gemm_cache_init(void) { return st_xcalloc(1, sizeof(struct gemm_cache)); }
+struct gemm_cache *gemm_cache_init(void) {
+    return st_xcalloc(1, sizeof(struct gemm_cache));
+}
 
 static size_t slot_of(const struct gemm_cache *c, const void *key) {
     uint64_t h = (uint64_t)(uintptr_t)key * 0x9E3779B97F4A7C15ull;
@@ -247,8 +255,8 @@ struct mm_job {
     const struct gemm_act *a;
     gemm_kernel_fn kernel;
     float *y;
-    int n, tb;           // tokens, tokens per block
-    int64_t gc, n_gc;    // groups per chunk, chunks per token block
+    int n, tb;        // tokens, tokens per block
+    int64_t gc, n_gc; // groups per chunk, chunks per token block
 };
 
 static void mm_chunk(void *arg, int chunk, int ith) {

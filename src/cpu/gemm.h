@@ -98,9 +98,9 @@ struct gemm_weight {
 struct gemm_act {
     int n;
     int64_t cols;
-    int8_t *qs;   // (n, cols)
-    float *d;     // (n, cols/32) block scales
-    float *s;     // (n, cols/32) d · Σq of each block
+    int8_t *qs;    // (n, cols)
+    float *d;      // (n, cols/32) block scales
+    float *s;      // (n, cols/32) d · Σq of each block
     int32_t *bias; // (n, cols/32 · bias_n): bias_mul · Σq over each block (bias_n 1) or
                    // each half (bias_n 2); NULL when bias_n is 0
     int bias_n;
@@ -126,7 +126,14 @@ static inline void gemm_act_scales(struct gemm_act *a, size_t i, float amax, int
 
 // Kernel sets, each a superset of the CPU features of the one before. AMX: AMX
 // int8 tiles for prompts, AVX-512 VNNI for single tokens and Q6_K.
-enum gemm_isa { GEMM_ISA_SCALAR, GEMM_ISA_AVX2, GEMM_ISA_AVXVNNI, GEMM_ISA_AVX512, GEMM_ISA_AMX, GEMM_ISA_COUNT };
+enum gemm_isa {
+    GEMM_ISA_SCALAR,
+    GEMM_ISA_AVX2,
+    GEMM_ISA_AVXVNNI,
+    GEMM_ISA_AVX512,
+    GEMM_ISA_AMX,
+    GEMM_ISA_COUNT
+};
 
 // y[t·ldy + r] = row r of w · token t, for tokens [t0, t0+nt) and the rows of
 // groups [g0, g1) (rows past w->rows are not written).

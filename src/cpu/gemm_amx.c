@@ -26,7 +26,9 @@
 #include "util.h"
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,amx-tile,amx-int8"))), apply_to = function)
+#pragma clang attribute push(                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,amx-tile,amx-int8"))),                \
+    apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,amx-tile,amx-int8")
@@ -65,13 +67,15 @@ INLINE void unpack_q4(const uint8_t *qs, int8_t *b, int off) {
     for (int j = 0; j < 4; j++) {
         const __m512i bits = _mm512_loadu_si512((const void *)(qs + 64 * j));
         _mm512_storeu_si512(b + 64 * j, _mm512_sub_epi8(_mm512_and_si512(bits, m4), o));
-        _mm512_storeu_si512(b + 64 * (j + 4), _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4), o));
+        _mm512_storeu_si512(b + 64 * (j + 4),
+                            _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4), o));
     }
 }
 
 // Group g's blocks as B tiles (bb: nb × 512 bytes) and their scales and mins
 // (dv, mv: nb × 16 floats; mv only for the types with a min term).
-static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t g, int8_t *bb, float *dv, float *mv) {
+static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t g, int8_t *bb, float *dv,
+                         float *mv) {
     const int64_t nb = w->cols / GEMM_QK;
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     for (int64_t b = 0; b < nb; b++) {
@@ -90,8 +94,9 @@ static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t
         case GEMM_Q8_0: {
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
             for (int j = 0; j < 8; j++)
-                _mm512_storeu_si512(bt + 64 * j, _mm512_xor_si512(_mm512_loadu_si512((const void *)(qs + 64 * j)),
-                                                                  _mm512_set1_epi8((char)0x80)));
+                _mm512_storeu_si512(bt + 64 * j,
+                                    _mm512_xor_si512(_mm512_loadu_si512((const void *)(qs + 64 * j)),
+                                                     _mm512_set1_epi8((char)0x80)));
             _mm512_storeu_ps(d, load_f16((const uint16_t *)gp + b * GEMM_R));
             break;
         }
@@ -99,13 +104,16 @@ static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t
             const struct gemm_q4_K *s = (const struct gemm_q4_K *)gp + b / 8;
             const int j = (int)(b % 8);
             unpack_q4(&s->qs[j][0][0][0], bt, 0);
-            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
-            const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
+            const __m512 sc =
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
+            const __m512 mn =
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
             _mm512_storeu_ps(d, _mm512_mul_ps(load_f16(s->d), sc));
             _mm512_storeu_ps(m, _mm512_mul_ps(_mm512_mul_ps(load_f16(s->dmin), mn), _mm512_set1_ps(-1.0f)));
             break;
         }
-        default: ST_ASSERT(0);
+        default:
+            ST_ASSERT(0);
         }
     }
 }
@@ -127,13 +135,15 @@ INLINE void epilogue(const int32_t *c, const float *dv, const float *mv, const f
 }
 
 // The tile product of block b into C tile CT with A tile AT and B tile BT.
-#define TILE_BLOCK(CT, AT, BT, b, SIGNED)                                                                      \
-    do {                                                                                                      \
-        _tile_loadd(AT, qa + (size_t)(b) * GEMM_QK, (long)a->cols);                                           \
-        _tile_loadd(BT, bb + (size_t)(b) * 512, 64);                                                          \
-        _tile_zero(CT);                                                                                       \
-        if (SIGNED) _tile_dpbssd(CT, AT, BT);                                                                  \
-        else _tile_dpbsud(CT, AT, BT);                                                                         \
+#define TILE_BLOCK(CT, AT, BT, b, SIGNED)                                                                    \
+    do {                                                                                                     \
+        _tile_loadd(AT, qa + (size_t)(b)*GEMM_QK, (long)a->cols);                                            \
+        _tile_loadd(BT, bb + (size_t)(b)*512, 64);                                                           \
+        _tile_zero(CT);                                                                                      \
+        if (SIGNED)                                                                                          \
+            _tile_dpbssd(CT, AT, BT);                                                                        \
+        else                                                                                                 \
+            _tile_dpbsud(CT, AT, BT);                                                                        \
     } while (0)
 
 INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, const struct gemm_act *a, int t0,
@@ -164,13 +174,13 @@ INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, con
                 if (b + 1 < nb) TILE_BLOCK(1, 3, 5, b + 1, is_signed);
                 _tile_stored(0, cbuf + 256 * (b % 3), 64);
                 if (b > 0)
-                    epilogue(cbuf + 256 * ((b - 1) % 3), dv + (b - 1) * GEMM_R, mv ? mv + (b - 1) * GEMM_R : NULL,
-                             da + b - 1, sa + b - 1, nb, acc);
+                    epilogue(cbuf + 256 * ((b - 1) % 3), dv + (b - 1) * GEMM_R,
+                             mv ? mv + (b - 1) * GEMM_R : NULL, da + b - 1, sa + b - 1, nb, acc);
                 if (b + 1 < nb) {
                     if (b + 2 < nb) TILE_BLOCK(0, 2, 4, b + 2, is_signed);
                     _tile_stored(1, cbuf + 256 * ((b + 1) % 3), 64);
-                    epilogue(cbuf + 256 * (b % 3), dv + b * GEMM_R, mv ? mv + b * GEMM_R : NULL, da + b, sa + b, nb,
-                             acc);
+                    epilogue(cbuf + 256 * (b % 3), dv + b * GEMM_R, mv ? mv + b * GEMM_R : NULL, da + b,
+                             sa + b, nb, acc);
                 }
             }
             epilogue(cbuf + 256 * ((nb - 1) % 3), dv + (nb - 1) * GEMM_R, mv ? mv + (nb - 1) * GEMM_R : NULL,
@@ -185,9 +195,9 @@ INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, con
 }
 
 #define DEFINE_AMX(name, GT)                                                                                 \
-    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0,     \
-                     int64_t g1, float *y, int64_t ldy) {                                                     \
-        amx_kernel(GT, w, a, t0, nt, g0, g1, y, ldy);                                                          \
+    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0,      \
+                     int64_t g1, float *y, int64_t ldy) {                                                    \
+        amx_kernel(GT, w, a, t0, nt, g0, g1, y, ldy);                                                        \
     }
 DEFINE_AMX(amx_q4_0, GEMM_Q4_0)
 DEFINE_AMX(amx_q4_1, GEMM_Q4_1)

@@ -49,14 +49,17 @@ void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1) {
                 q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(xv[k], id), lo), hi));
             // int32 -> int8 (in range, so the saturation does nothing); packs work per
             // 128-bit lane, the permute puts the 32 bytes back in order
-            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            const __m256i p =
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
             const __m256i o = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_storeu_si256((__m256i *)(a->qs + (size_t)t * (size_t)a->cols + b * GEMM_QK), o);
             const int s0 = hsum8(_mm256_add_epi32(q[0], q[1])), s1 = hsum8(_mm256_add_epi32(q[2], q[3]));
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             gemm_act_scales(a, i, amax, s0 + s1);
-            if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
-            else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
+            if (a->bias_n == 1)
+                a->bias[i] = a->bias_mul * (s0 + s1);
+            else if (a->bias_n == 2)
+                a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }
 }
 

@@ -14,7 +14,8 @@
 #include "cpu/gemm.h"
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(                                                                                \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
@@ -84,8 +85,8 @@ INLINE __mmask16 row_mask(const struct gemm_weight *w, int64_t g) {
 // One group g × tokens [t0, t0+T) of the 32-block types and Q4_K: per block, v,
 // scale dv and min mv, then for each token acc += S·(dv·da) + mv·s; for Q4_0 and
 // Q8_0 the min is in the bias S starts from.
-INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weight *w, const struct gemm_act *a,
-                   int64_t g, int t0, float *y, int64_t ldy) {
+INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weight *w,
+                   const struct gemm_act *a, int64_t g, int t0, float *y, int64_t ldy) {
     const int64_t nb = w->cols / GEMM_QK;
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
@@ -126,8 +127,10 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             }
             if (T == 1) prefetch_ahead(&s->qs[j][0][0][0], 4 + (j == 0) * 5); // sub-block 0: the scales too
             unpack_q4(&s->qs[j][0][0][0], v);
-            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
-            const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
+            const __m512 sc =
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
+            const __m512 m =
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
             dv = _mm512_mul_ps(d16, sc);
             mv = _mm512_mul_ps(_mm512_mul_ps(dmin16, m), _mm512_set1_ps(-1.0f));
         }
@@ -136,13 +139,15 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
             const __m512i S0 = biased ? _mm512_set1_epi32(bias[ib]) : _mm512_setzero_si512();
             const __m512i S = dot_words(v, qa + (size_t)t * (size_t)a->cols + b * GEMM_QK, 0, 8, S0);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dv, _mm512_set1_ps(da[ib])), acc[t]);
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dv, _mm512_set1_ps(da[ib])), acc[t]);
             if (!biased) acc[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sa[ib]), acc[t]);
         }
     }
     const __mmask16 mask = row_mask(w, g);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R, mask, acc[t]);
+    for (int t = 0; t < T; t++)
+        _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R, mask, acc[t]);
 }
 
 // Q6_K: two 16-element halves per block, each with its own scale, both starting
@@ -164,8 +169,10 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
         if (T == 1) prefetch_ahead(&s->ql[bb][0][0][0], 6 + (bb == 0) * 5);
         unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], v);
         const __m512 d = _mm512_loadu_ps(s->d);
-        const __m512 ds0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb]))));
-        const __m512 ds1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb + 1]))));
+        const __m512 ds0 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb]))));
+        const __m512 ds1 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb + 1]))));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
@@ -179,30 +186,47 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
     }
     const __mmask16 mask = row_mask(w, g);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R, mask, acc[t]);
+    for (int t = 0; t < T; t++)
+        _mm512_mask_storeu_ps(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R, mask, acc[t]);
 }
 
 // The kernels: groups outermost (a group's weights stay in L1 across token tiles).
-#define TILE_SWITCH(CALL)                                                                                  \
-    switch (n) {                                                                                           \
-    case 1: CALL(1); break;                                                                                \
-    case 2: CALL(2); break;                                                                                \
-    case 3: CALL(3); break;                                                                                \
-    case 4: CALL(4); break;                                                                                \
-    case 5: CALL(5); break;                                                                                \
-    case 6: CALL(6); break;                                                                                \
-    case 7: CALL(7); break;                                                                                \
-    default: CALL(8); break;                                                                               \
+#define TILE_SWITCH(CALL)                                                                                    \
+    switch (n) {                                                                                             \
+    case 1:                                                                                                  \
+        CALL(1);                                                                                             \
+        break;                                                                                               \
+    case 2:                                                                                                  \
+        CALL(2);                                                                                             \
+        break;                                                                                               \
+    case 3:                                                                                                  \
+        CALL(3);                                                                                             \
+        break;                                                                                               \
+    case 4:                                                                                                  \
+        CALL(4);                                                                                             \
+        break;                                                                                               \
+    case 5:                                                                                                  \
+        CALL(5);                                                                                             \
+        break;                                                                                               \
+    case 6:                                                                                                  \
+        CALL(6);                                                                                             \
+        break;                                                                                               \
+    case 7:                                                                                                  \
+        CALL(7);                                                                                             \
+        break;                                                                                               \
+    default:                                                                                                 \
+        CALL(8);                                                                                             \
+        break;                                                                                               \
     }
 
-#define DEFINE_KERNEL(name, TILE_CALL)                                                                    \
-    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0, \
-                     int64_t g1, float *y, int64_t ldy) {                                                 \
-        for (int64_t g = g0; g < g1; g++)                                                                  \
-            for (int t = t0; t < t0 + nt; t += TILE) {                                                     \
-                const int n = t0 + nt - t < TILE ? t0 + nt - t : TILE;                                     \
-                TILE_SWITCH(TILE_CALL)                                                                     \
-            }                                                                                              \
+#define DEFINE_KERNEL(name, TILE_CALL)                                                                       \
+    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0,      \
+                     int64_t g1, float *y, int64_t ldy) {                                                    \
+        for (int64_t g = g0; g < g1; g++)                                                                    \
+            for (int t = t0; t < t0 + nt; t += TILE) {                                                       \
+                const int n = t0 + nt - t < TILE ? t0 + nt - t : TILE;                                       \
+                TILE_SWITCH(TILE_CALL)                                                                       \
+            }                                                                                                \
     }
 
 #define CALL_Q4_0(T) tile_q(GEMM_Q4_0, T, w, a, g, t, y, ldy)
@@ -235,16 +259,20 @@ void gemm_quantize_avx512(const float *x, struct gemm_act *a, int t0, int t1) {
             const float amax = _mm512_reduce_max_ps(m);
             const __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
             const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-            const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, id), lo), hi));
-            const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, id), lo), hi));
+            const __m512i q0 =
+                _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x0, id), lo), hi));
+            const __m512i q1 =
+                _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x1, id), lo), hi));
             int8_t *qb = a->qs + (size_t)t * (size_t)a->cols + b * GEMM_QK;
             _mm_storeu_si128((__m128i *)qb, _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(qb + 16), _mm512_cvtepi32_epi8(q1));
             const int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             gemm_act_scales(a, i, amax, s0 + s1);
-            if (a->bias_n == 1) a->bias[i] = a->bias_mul * (s0 + s1);
-            else if (a->bias_n == 2) a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
+            if (a->bias_n == 1)
+                a->bias[i] = a->bias_mul * (s0 + s1);
+            else if (a->bias_n == 2)
+                a->bias[2 * i] = a->bias_mul * s0, a->bias[2 * i + 1] = a->bias_mul * s1;
         }
 }
 

@@ -12,8 +12,8 @@
 // nearest even, clamped to ±127 (NaN → −127, so no conversion is undefined);
 // d and s from gemm_act_scales.
 // The SIMD quantizers compute the very same values.
-static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t ib, int32_t *bias, int bias_n,
-                           int32_t mul) {
+static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t ib, int32_t *bias,
+                           int bias_n, int32_t mul) {
     float amax = 0;
     for (int i = 0; i < GEMM_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
     const float id = amax > 0 ? 127.0f / amax : 0.0f;
@@ -24,8 +24,10 @@ static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t
         sum[i / 16] += q[i];
     }
     gemm_act_scales(a, ib, amax, sum[0] + sum[1]);
-    if (bias_n == 1) bias[0] = mul * (sum[0] + sum[1]);
-    else if (bias_n == 2) bias[0] = mul * sum[0], bias[1] = mul * sum[1];
+    if (bias_n == 1)
+        bias[0] = mul * (sum[0] + sum[1]);
+    else if (bias_n == 2)
+        bias[0] = mul * sum[0], bias[1] = mul * sum[1];
 }
 
 void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
@@ -34,8 +36,7 @@ void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
         for (int64_t b = 0; b < nb; b++) {
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             quantize_block(x + (size_t)t * a->cols + b * GEMM_QK, a->qs + (size_t)t * a->cols + b * GEMM_QK,
-                           a, i, a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n,
-                           a->bias_mul);
+                           a, i, a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n, a->bias_mul);
         }
 }
 
@@ -101,7 +102,8 @@ static void get_block(const struct gemm_weight *w, int64_t g, int64_t b, int lan
         o->dw[1] = s->d[lane] * (float)s->sc[2 * bb + 1][lane]; // min −32·dw per half: in the bias
         break;
     }
-    default: ST_ASSERT(0);
+    default:
+        ST_ASSERT(0);
     }
     (void)nb;
 }
@@ -120,8 +122,10 @@ static void kernel_scalar(const struct gemm_weight *w, const struct gemm_act *a,
                     get_block(w, g, b, lane, &rb);
                     const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
                     int32_t sum[2] = {0, 0};
-                    if (a->bias_n == 2) sum[0] = a->bias[2 * ib], sum[1] = a->bias[2 * ib + 1];
-                    else if (a->bias_n == 1) sum[0] = a->bias[ib];
+                    if (a->bias_n == 2)
+                        sum[0] = a->bias[2 * ib], sum[1] = a->bias[2 * ib + 1];
+                    else if (a->bias_n == 1)
+                        sum[0] = a->bias[ib];
                     for (int i = 0; i < 32; i++) sum[i / 16] += (int32_t)rb.u[i] * (int32_t)q[b * 32 + i];
                     if (a->bias_n == 2) {
                         acc += (float)sum[0] * (rb.dw[0] * a->d[ib]);

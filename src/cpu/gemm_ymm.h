@@ -63,7 +63,8 @@ INLINE __m256i y_dot(const __m256i v[8], const int8_t *q, int j0, int j1, int wi
 #pragma GCC unroll 8
     for (int j = j0; j < j1; j += wide) {
         __m256i s16 = _mm256_maddubs_epi16(v[j], y_bcast(q + 4 * j));
-        for (int k = 1; k < wide; k++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[j + k], y_bcast(q + 4 * (j + k))));
+        for (int k = 1; k < wide; k++)
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[j + k], y_bcast(q + 4 * (j + k))));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16, ones));
     }
     return acc;
@@ -86,8 +87,8 @@ INLINE void y_store(float *p, __m256 v, int lanes) {
 }
 
 // Half h of group g × tokens [t0, t0+T) of the 32-block types and Q4_K.
-INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_weight *w, const struct gemm_act *a,
-                     int64_t g, int h, int t0, float *y, int64_t ldy) {
+INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_weight *w,
+                     const struct gemm_act *a, int64_t g, int h, int t0, float *y, int64_t ldy) {
     const int64_t nb = w->cols / GEMM_QK;
     const uint8_t *gp = w->data + (size_t)g * w->group_bytes;
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
@@ -127,8 +128,10 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
                 dmin8 = y_f16(s->dmin + 8 * h);
             }
             y_unpack_q4(&s->qs[j][0][0][0], h, v);
-            const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&s->sc[j][8 * h])));
-            const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&s->m[j][8 * h])));
+            const __m256 sc =
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&s->sc[j][8 * h])));
+            const __m256 m =
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&s->m[j][8 * h])));
             dv = _mm256_mul_ps(d8, sc);
             mv = _mm256_mul_ps(_mm256_mul_ps(dmin8, m), _mm256_set1_ps(-1.0f));
         }
@@ -149,19 +152,23 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
             if (gt == GEMM_Q8_0) {
                 S = _mm256_setzero_si256();
                 for (int j = 0; j < 8; j++) {
-                    const __m256i p = _mm256_maddubs_epi16(absv[j], _mm256_sign_epi8(y_bcast(q + 4 * j), v[j]));
+                    const __m256i p =
+                        _mm256_maddubs_epi16(absv[j], _mm256_sign_epi8(y_bcast(q + 4 * j), v[j]));
                     S = _mm256_add_epi32(S, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
                 }
             } else
 #endif
                 S = y_dot(v, q, 0, 8, wide, biased ? _mm256_set1_epi32(bias[ib]) : _mm256_setzero_si256());
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dv, _mm256_set1_ps(da[ib])), acc[t]);
-            if (gt == GEMM_Q4_1 || gt == GEMM_Q4_K) acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa[ib]), acc[t]);
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dv, _mm256_set1_ps(da[ib])), acc[t]);
+            if (gt == GEMM_Q4_1 || gt == GEMM_Q4_K)
+                acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa[ib]), acc[t]);
         }
     }
     const int lanes = y_lanes(w, g, h);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) y_store(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R + 8 * h, acc[t], lanes);
+    for (int t = 0; t < T; t++)
+        y_store(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R + 8 * h, acc[t], lanes);
 }
 
 INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct gemm_act *a, int64_t g, int h,
@@ -180,8 +187,10 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
         __m256i v[8];
         y_unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], h, v);
         const __m256 d = _mm256_loadu_ps(s->d + 8 * h);
-        const __m256 ds0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)&s->sc[2 * bb][8 * h]))));
-        const __m256 ds1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)&s->sc[2 * bb + 1][8 * h]))));
+        const __m256 ds0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                _mm_loadl_epi64((const __m128i *)&s->sc[2 * bb][8 * h]))));
+        const __m256 ds1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                (const __m128i *)&s->sc[2 * bb + 1][8 * h]))));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
@@ -195,28 +204,37 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
     }
     const int lanes = y_lanes(w, g, h);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) y_store(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R + 8 * h, acc[t], lanes);
+    for (int t = 0; t < T; t++)
+        y_store(y + (size_t)(t0 + t) * (size_t)ldy + g * GEMM_R + 8 * h, acc[t], lanes);
 }
 
-#define Y_TILE_SWITCH(CALL)                                                                                \
-    switch (n) {                                                                                           \
-    case 1: CALL(1); break;                                                                                \
-    case 2: CALL(2); break;                                                                                \
-    case 3: CALL(3); break;                                                                                \
-    default: CALL(4); break;                                                                               \
+#define Y_TILE_SWITCH(CALL)                                                                                  \
+    switch (n) {                                                                                             \
+    case 1:                                                                                                  \
+        CALL(1);                                                                                             \
+        break;                                                                                               \
+    case 2:                                                                                                  \
+        CALL(2);                                                                                             \
+        break;                                                                                               \
+    case 3:                                                                                                  \
+        CALL(3);                                                                                             \
+        break;                                                                                               \
+    default:                                                                                                 \
+        CALL(4);                                                                                             \
+        break;                                                                                               \
     }
 
-#define Y_DEFINE_KERNEL(name, TILE_CALL)                                                                  \
-    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0, \
-                     int64_t g1, float *y, int64_t ldy) {                                                 \
-        for (int64_t g = g0; g < g1; g++)                                                                  \
-            for (int h = 0; h < 2; h++) {                                                                  \
-                if (!y_lanes(w, g, h)) continue;                                                           \
-                for (int t = t0; t < t0 + nt; t += YTILE) {                                                \
-                    const int n = t0 + nt - t < YTILE ? t0 + nt - t : YTILE;                               \
-                    Y_TILE_SWITCH(TILE_CALL)                                                               \
-                }                                                                                          \
-            }                                                                                              \
+#define Y_DEFINE_KERNEL(name, TILE_CALL)                                                                     \
+    static void name(const struct gemm_weight *w, const struct gemm_act *a, int t0, int nt, int64_t g0,      \
+                     int64_t g1, float *y, int64_t ldy) {                                                    \
+        for (int64_t g = g0; g < g1; g++)                                                                    \
+            for (int h = 0; h < 2; h++) {                                                                    \
+                if (!y_lanes(w, g, h)) continue;                                                             \
+                for (int t = t0; t < t0 + nt; t += YTILE) {                                                  \
+                    const int n = t0 + nt - t < YTILE ? t0 + nt - t : YTILE;                                 \
+                    Y_TILE_SWITCH(TILE_CALL)                                                                 \
+                }                                                                                            \
+            }                                                                                                \
     }
 
 #define Y_CALL_Q4_0(T) y_tile_q(GEMM_Q4_0, T, w, a, g, h, t, y, ldy)

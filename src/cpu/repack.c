@@ -9,12 +9,23 @@
 
 bool gemm_type_of(enum ggml_type t, enum gemm_type *gt) {
     switch (t) {
-    case GGML_TYPE_Q4_0: *gt = GEMM_Q4_0; return true;
-    case GGML_TYPE_Q4_1: *gt = GEMM_Q4_1; return true;
-    case GGML_TYPE_Q8_0: *gt = GEMM_Q8_0; return true;
-    case GGML_TYPE_Q4_K: *gt = GEMM_Q4_K; return true;
-    case GGML_TYPE_Q6_K: *gt = GEMM_Q6_K; return true;
-    default: return false;
+    case GGML_TYPE_Q4_0:
+        *gt = GEMM_Q4_0;
+        return true;
+    case GGML_TYPE_Q4_1:
+        *gt = GEMM_Q4_1;
+        return true;
+    case GGML_TYPE_Q8_0:
+        *gt = GEMM_Q8_0;
+        return true;
+    case GGML_TYPE_Q4_K:
+        *gt = GEMM_Q4_K;
+        return true;
+    case GGML_TYPE_Q6_K:
+        *gt = GEMM_Q6_K;
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -22,8 +33,7 @@ static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols) {
     memset(w, 0, sizeof *w);
-    if (!gemm_type_of(t, &w->gt))
-        return st_fail("type %s has no repacked matrix kernels", quant_name(t));
+    if (!gemm_type_of(t, &w->gt)) return st_fail("type %s has no repacked matrix kernels", quant_name(t));
     const int64_t bs = quant_get(t)->block_size;
     if (rows < 1 || cols < bs || cols % bs || cols > ((int64_t)1 << 30) || rows > ((int64_t)1 << 34))
         return st_fail("a %lld x %lld %s weight cannot be repacked (columns must be a positive "
@@ -47,9 +57,14 @@ int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int6
         w->scale_bytes = round64(nb * GEMM_R * 2);
         w->group_bytes = w->scale_bytes + nb * sizeof(struct gemm_q8_qs);
         break;
-    case GEMM_Q4_K: w->group_bytes = nsb * sizeof(struct gemm_q4_K); break;
-    case GEMM_Q6_K: w->group_bytes = nsb * sizeof(struct gemm_q6_K); break;
-    default: ST_ASSERT(0);
+    case GEMM_Q4_K:
+        w->group_bytes = nsb * sizeof(struct gemm_q4_K);
+        break;
+    case GEMM_Q6_K:
+        w->group_bytes = nsb * sizeof(struct gemm_q6_K);
+        break;
+    default:
+        ST_ASSERT(0);
     }
     const size_t bytes = (size_t)w->n_groups * w->group_bytes;
     w->data = aligned_alloc(64, bytes);
@@ -161,7 +176,8 @@ static void repack_row(struct gemm_weight *w, const uint8_t *src, int64_t r) {
         }
         break;
     }
-    default: ST_ASSERT(0);
+    default:
+        ST_ASSERT(0);
     }
 }
 
@@ -174,10 +190,18 @@ void gemm_repack_rows(struct gemm_weight *w, const void *src, size_t row_bytes, 
 // The folded min of type gt: bias_n sums per block, times mul (gemm.h).
 static void bias_of(enum gemm_type gt, int *n, int32_t *mul) {
     switch (gt) {
-    case GEMM_Q4_0: *n = 1, *mul = -8; break;
-    case GEMM_Q8_0: *n = 1, *mul = -128; break;
-    case GEMM_Q6_K: *n = 2, *mul = -32; break;
-    default: *n = 0, *mul = 0; break;
+    case GEMM_Q4_0:
+        *n = 1, *mul = -8;
+        break;
+    case GEMM_Q8_0:
+        *n = 1, *mul = -128;
+        break;
+    case GEMM_Q6_K:
+        *n = 2, *mul = -32;
+        break;
+    default:
+        *n = 0, *mul = 0;
+        break;
     }
 }
 
@@ -215,5 +239,7 @@ void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum ge
     memset(a->qs + (size_t)n * (size_t)cols, 0, pad * (size_t)cols);
     memset(a->d + (size_t)n * nb, 0, pad * nb * sizeof(float));
     memset(a->s + (size_t)n * nb, 0, pad * nb * sizeof(float));
-    if (a->bias) memset(a->bias + (size_t)n * nb * (size_t)a->bias_n, 0, pad * nb * (size_t)a->bias_n * sizeof(int32_t));
+    if (a->bias)
+        memset(a->bias + (size_t)n * nb * (size_t)a->bias_n, 0,
+               pad * nb * (size_t)a->bias_n * sizeof(int32_t));
 }

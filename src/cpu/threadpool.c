@@ -151,8 +151,7 @@ static void *worker_main(void *p) {
             atomic_fetch_add(&tp->sleepers, 1);
             // re-checked after announcing the sleep: a job published in between is seen here
             // or wakes the futex (the caller reads `sleepers` after bumping `gen`)
-            if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop))
-                futex_wait(&tp->gen, (int)seen);
+            if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop)) futex_wait(&tp->gen, (int)seen);
             atomic_fetch_sub(&tp->sleepers, 1);
             g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         }

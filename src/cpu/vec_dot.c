@@ -78,7 +78,8 @@ float quant_vec_dot_q4_0_q8_0(int64_t n, const void *w, const void *act) {
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
         const __m256i p0 = simd_dot_s8(q4_0_quants(&x[ib]), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 = simd_dot_s8(q4_0_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        const __m256i p1 =
+            simd_dot_s8(q4_0_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
         const float d0 = simd_fp16(x[ib].d) * simd_fp16(y[ib].d);
         const float d1 = simd_fp16(x[ib + 1].d) * simd_fp16(y[ib + 1].d);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
@@ -100,8 +101,10 @@ float quant_vec_dot_q4_1_q8_1(int64_t n, const void *w, const void *act) {
     float summs = 0;
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        const __m256i p0 = simd_dot_us8(simd_nibbles(x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 = simd_dot_us8(simd_nibbles(x[ib + 1].qs), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        const __m256i p0 =
+            simd_dot_us8(simd_nibbles(x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        const __m256i p1 =
+            simd_dot_us8(simd_nibbles(x[ib + 1].qs), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
         const float d0 = simd_fp16(x[ib].d) * simd_fp16(y[ib].d);
         const float d1 = simd_fp16(x[ib + 1].d) * simd_fp16(y[ib + 1].d);
         summs += simd_fp16(x[ib].m) * simd_fp16(y[ib].s) + simd_fp16(x[ib + 1].m) * simd_fp16(y[ib + 1].s);
@@ -132,7 +135,8 @@ float quant_vec_dot_q5_0_q8_0(int64_t n, const void *w, const void *act) {
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
         const __m256i p0 = simd_dot_s8(q5_0_quants(&x[ib]), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 = simd_dot_s8(q5_0_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        const __m256i p1 =
+            simd_dot_s8(q5_0_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
         const float d0 = simd_fp16(x[ib].d) * simd_fp16(y[ib].d);
         const float d1 = simd_fp16(x[ib + 1].d) * simd_fp16(y[ib + 1].d);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(p0), acc0);
@@ -161,7 +165,8 @@ float quant_vec_dot_q5_1_q8_1(int64_t n, const void *w, const void *act) {
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
         const __m256i p0 = simd_dot_us8(q5_1_quants(&x[ib]), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 = simd_dot_us8(q5_1_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        const __m256i p1 =
+            simd_dot_us8(q5_1_quants(&x[ib + 1]), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
         const float d0 = simd_fp16(x[ib].d) * simd_fp16(y[ib].d);
         const float d1 = simd_fp16(x[ib + 1].d) * simd_fp16(y[ib + 1].d);
         summs += simd_fp16(x[ib].m) * simd_fp16(y[ib].s) + simd_fp16(x[ib + 1].m) * simd_fp16(y[ib + 1].s);
@@ -219,7 +224,8 @@ float quant_vec_dot_iq4_nl_q8_0(int64_t n, const void *w, const void *act) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2) {
-        const __m256i p0 = simd_dot_s8(iq4_nl_levels(&x[ib], table), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        const __m256i p0 =
+            simd_dot_s8(iq4_nl_levels(&x[ib], table), _mm256_loadu_si256((const __m256i *)y[ib].qs));
         const __m256i p1 =
             simd_dot_s8(iq4_nl_levels(&x[ib + 1], table), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
         const float d0 = simd_fp16(y[ib].d) * simd_fp16(x[ib].d);
@@ -228,7 +234,8 @@ float quant_vec_dot_iq4_nl_q8_0(int64_t n, const void *w, const void *act) {
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(p1), acc1);
     }
     if (ib < nb) {
-        const __m256i p = simd_dot_s8(iq4_nl_levels(&x[ib], table), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        const __m256i p =
+            simd_dot_s8(iq4_nl_levels(&x[ib], table), _mm256_loadu_si256((const __m256i *)y[ib].qs));
         const float d = simd_fp16(y[ib].d) * simd_fp16(x[ib].d);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc0);
     }

@@ -15,8 +15,12 @@
 // twice.
 static inline __m256i shuffle_pair(int i) {
     static const uint8_t k[4][32] = {
-#define ROW(a, b, c, d) {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d}
-        ROW(0, 1, 2, 3), ROW(4, 5, 6, 7), ROW(8, 9, 10, 11), ROW(12, 13, 14, 15),
+#define ROW(a, b, c, d)                                                                                      \
+    {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d}
+        ROW(0, 1, 2, 3),
+        ROW(4, 5, 6, 7),
+        ROW(8, 9, 10, 11),
+        ROW(12, 13, 14, 15),
 #undef ROW
     };
     return _mm256_loadu_si256((const __m256i *)k[i]);
@@ -25,7 +29,8 @@ static inline __m256i shuffle_pair(int i) {
 // Broadcast of one 16-bit scale over the whole vector: index i picks scale i (0..7).
 static inline __m256i shuffle_one(int i) {
     static const uint8_t k[8][32] = {
-#define ROW(a, b) {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b}
+#define ROW(a, b)                                                                                            \
+    {a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b}
         ROW(0, 1), ROW(2, 3), ROW(4, 5), ROW(6, 7), ROW(8, 9), ROW(10, 11), ROW(12, 13), ROW(14, 15),
 #undef ROW
     };
@@ -66,7 +71,8 @@ float quant_vec_dot_q2_K_q8_K(int64_t n, const void *w, const void *act) {
             for (int k = 0; k < 4; k++) {
                 const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
                 const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(q8 + 32 * k)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -108,7 +114,8 @@ float quant_vec_dot_q3_K_q8_K(int64_t n, const void *w, const void *act) {
                     _mm256_srli_epi16(_mm256_andnot_si256(hbits, _mm256_slli_epi16(mone, bit)), bit), 2);
                 const __m256i a = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
                 const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, a), _mm256_maddubs_epi16(qh, a));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -147,7 +154,8 @@ float quant_vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *act) {
         const float d = y[i].d * simd_fp16(x[i].d);
         const float dmin = -y[i].d * simd_fp16(x[i].dmin);
         const __m256i mins_and_scales = k4_scales_mins(x[i].scales);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)),
+                             acc_m);
         const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
         const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
         const uint8_t *q4 = x[i].qs;
@@ -159,8 +167,10 @@ float quant_vec_dot_q4_K_q8_K(int64_t n, const void *w, const void *act) {
             const __m256i qh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
             const __m256i pl = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)q8));
             const __m256i ph = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j)), pl));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j + 1)), ph));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j)), pl));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j + 1)), ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -180,7 +190,8 @@ float quant_vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *act) {
         const float d = y[i].d * simd_fp16(x[i].d);
         const float dmin = -y[i].d * simd_fp16(x[i].dmin);
         const __m256i mins_and_scales = k4_scales_mins(x[i].scales);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)),
+                             acc_m);
         const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
         const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
@@ -197,8 +208,10 @@ float quant_vec_dot_q5_K_q8_K(int64_t n, const void *w, const void *act) {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), _mm256_slli_epi16(h1, 4));
             const __m256i pl = _mm256_maddubs_epi16(ql, _mm256_loadu_si256((const __m256i *)q8));
             const __m256i ph = _mm256_maddubs_epi16(qh, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j)), pl));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j + 1)), ph));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j)), pl));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales, shuffle_one(2 * j + 1)), ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -238,8 +251,10 @@ float quant_vec_dot_q6_K_q8_K(int64_t n, const void *w, const void *act) {
                                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m3), 4)),
             };
             for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(q8 + 32 * k)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
+                const __m256i p =
+                    _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(q8 + 32 * k)));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(scales[j], shuffle_pair(k)), p));
             }
         }
         sumi = _mm256_sub_epi32(sumi, offset);

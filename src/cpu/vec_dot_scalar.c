@@ -286,7 +286,8 @@ float quant_vec_dot_iq4_xs_q8_K_scalar(int64_t n, const void *w, const void *act
         const uint8_t *qs = x[i].qs;
         const int8_t *q8 = y[i].qs;
         for (int ib = 0; ib < QK_K / 32; ib++, qs += 16, q8 += 32) {
-            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((x[i].scales_h >> 2 * ib) & 3) << 4;
+            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((x[i].scales_h >> 2 * ib) & 3)
+                                                                                 << 4;
             int8_t a[32];
             for (int j = 0; j < 16; j++) {
                 a[j] = quant_kvalues_iq4nl[qs[j] & 0xF];

@@ -61,7 +61,8 @@ static void glu_512(enum glu_act act, const float *gp, const float *up, float *o
             arg = _mm512_sub_ps(_mm512_setzero_ps(), g);
         } else {
             const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
-            arg = _mm512_mul_ps(_mm512_set1_ps(-2.0f * GELU_K), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g));
+            arg = _mm512_mul_ps(_mm512_set1_ps(-2.0f * GELU_K),
+                                _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g));
         }
         const __m512 e = exp16(arg);
         _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
@@ -123,8 +124,10 @@ static void glu_task(void *arg, int task, int ith) {
     const int row = task / j->per_row, c0 = task % j->per_row * GLU_CHUNK;
     const int len = j->dim - c0 < GLU_CHUNK ? j->dim - c0 : GLU_CHUNK;
     const size_t in = (size_t)row * j->stride + c0, o = (size_t)row * j->dim + c0;
-    if (j->avx512) glu_512(j->act, j->g + in, j->u + in, j->out + o, len);
-    else glu_plain(j->act, j->g + in, j->u + in, j->out + o, len);
+    if (j->avx512)
+        glu_512(j->act, j->g + in, j->u + in, j->out + o, len);
+    else
+        glu_plain(j->act, j->g + in, j->u + in, j->out + o, len);
 }
 
 void vec_glu(struct threadpool *tp, bool avx512, enum glu_act act, const float *g, const float *u, float *out,
@@ -138,6 +141,8 @@ void vec_glu(struct threadpool *tp, bool avx512, enum glu_act act, const float *
 }
 
 void vec_rms_norm(bool avx512, const float *g, const float *x, float *out, int n, int dim, float eps) {
-    if (avx512) rms_norm_512(g, x, out, n, dim, eps);
-    else rms_norm_plain(g, x, out, n, dim, eps);
+    if (avx512)
+        rms_norm_512(g, x, out, n, dim, eps);
+    else
+        rms_norm_plain(g, x, out, n, dim, eps);
 }

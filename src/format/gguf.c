@@ -46,8 +46,8 @@
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define GGUF_MIN_ALIGNMENT 8
 #define GGUF_MAX_ALIGNMENT (1u << 20)
-#define GGUF_MAX_DEPTH 8              // levels of arrays inside one value
-#define GGUF_MAX_ITEMS (1ull << 24)   // strings and arrays parsed inside arrays, whole file
+#define GGUF_MAX_DEPTH 8            // levels of arrays inside one value
+#define GGUF_MAX_ITEMS (1ull << 24) // strings and arrays parsed inside arrays, whole file
 // Fewest bytes a kv (key length, 1-byte key, type, 1-byte value) and a tensor
 // info (name length, 1-byte name, n_dims, one dim, type, offset) can take.
 #define GGUF_MIN_KV_BYTES 14
@@ -94,9 +94,12 @@ static void append_escaped(char *buf, size_t cap, const char *s, uint64_t len, u
     size_t n = strlen(buf);
     for (uint64_t i = 0; i < len && i < max && n + 5 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\'' || c == '\\') n += (size_t)snprintf(buf + n, cap - n, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f) n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
-        else buf[n++] = (char)c;
+        if (c == '\'' || c == '\\')
+            n += (size_t)snprintf(buf + n, cap - n, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+        else
+            buf[n++] = (char)c;
         buf[n] = 0;
     }
     if (len > max && n + 4 < cap) strcat(buf, "...");
@@ -125,7 +128,8 @@ static void rd_where(const struct rd *r, char *buf, size_t cap) {
 }
 
 // Fails with "NAME: WHERE FIELD: message" (FIELD may be "").
-__attribute__((format(printf, 3, 4))) static int rd_fail(const struct rd *r, const char *field, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static int rd_fail(const struct rd *r, const char *field,
+                                                         const char *fmt, ...) {
     char where[384], msg[640];
     rd_where(r, where, sizeof where);
     va_list ap;
@@ -165,7 +169,8 @@ static int rd_str(struct rd *r, const char *field, struct gguf_str *out) {
     uint64_t len;
     if (rd_u64(r, field, &len)) return -1;
     if (len > r->size - r->pos)
-        return rd_fail(r, field, "string length %llu runs past the end of the file (%llu bytes left); " FIX_TRUNCATED,
+        return rd_fail(r, field,
+                       "string length %llu runs past the end of the file (%llu bytes left); " FIX_TRUNCATED,
                        (unsigned long long)len, (unsigned long long)(r->size - r->pos));
     if (len > GGUF_MAX_STRING_LEN)
         return rd_fail(r, field, "string length %llu is over the limit of %llu bytes; " FIX_CORRUPT,
@@ -198,14 +203,16 @@ static int rd_name(struct rd *r, const char *field, struct gguf_str *out) {
     char shown[160] = "";
     append_escaped(shown, sizeof shown, out->data, out->len, 96);
     if (r->ctx == RD_TENSOR && out->len > GGUF_MAX_NAME_LEN)
-        return rd_fail(r, field, "'%s' is %llu bytes long, over the limit of %d (ggml's GGML_MAX_NAME); " FIX_CORRUPT,
+        return rd_fail(r, field,
+                       "'%s' is %llu bytes long, over the limit of %d (ggml's GGML_MAX_NAME); " FIX_CORRUPT,
                        shown, (unsigned long long)out->len, GGUF_MAX_NAME_LEN);
     uint64_t bad;
     if (r->ctx == RD_KV && !gguf_key_valid(out->data, out->len, &bad)) {
         if (out->len > GGUF_MAX_KEY_LEN)
             return rd_fail(r, field, "'%s' is %llu bytes long, over the limit of %d; " FIX_CORRUPT, shown,
                            (unsigned long long)out->len, GGUF_MAX_KEY_LEN);
-        return rd_fail(r, field, "'%s' is not a valid key: byte %llu (0x%02x) breaks the rule that keys are "
+        return rd_fail(r, field,
+                       "'%s' is not a valid key: byte %llu (0x%02x) breaks the rule that keys are "
                        "lower_snake_case ASCII words joined by single dots; " FIX_CORRUPT,
                        shown, (unsigned long long)bad, (unsigned char)out->data[bad]);
     }
@@ -215,8 +222,8 @@ static int rd_name(struct rd *r, const char *field, struct gguf_str *out) {
 // --- values -------------------------------------------------------------------
 
 static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
-    "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-    "bool", "string", "array", "uint64", "int64", "float64",
+    "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+    "bool",  "string", "array",  "uint64", "int64",  "float64",
 };
 static const uint8_t vtype_sizes[GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
@@ -270,14 +277,16 @@ static int rd_array(struct rd *r, struct gguf_array *a) {
     uint32_t et;
     uint64_t count;
     if (rd_u32(r, "array element type", &et)) return -1;
-    if (et >= GGUF_VTYPE_COUNT) return rd_fail(r, "array element type", "is undefined (%u); " FIX_CORRUPT, et);
+    if (et >= GGUF_VTYPE_COUNT)
+        return rd_fail(r, "array element type", "is undefined (%u); " FIX_CORRUPT, et);
     if (rd_u64(r, "array count", &count)) return -1;
     a->type = (enum gguf_vtype)et;
     uint64_t left = r->size - r->pos;
     // smallest encoding of one element: its bytes, a string length, or a type and count
     uint64_t min_elem = vtype_sizes[et] ? vtype_sizes[et] : et == GGUF_VTYPE_STRING ? 8 : 12;
     if (count > left / min_elem)
-        return rd_fail(r, "array count", "%llu elements of %s cannot fit in the %llu bytes left; " FIX_TRUNCATED,
+        return rd_fail(r, "array count",
+                       "%llu elements of %s cannot fit in the %llu bytes left; " FIX_TRUNCATED,
                        (unsigned long long)count, vtype_names[et], (unsigned long long)left);
     if (count > GGUF_MAX_ARRAY_LEN)
         return rd_fail(r, "array count", "%llu elements is over the limit of %llu; " FIX_CORRUPT,
@@ -296,7 +305,8 @@ static int rd_array(struct rd *r, struct gguf_array *a) {
         return 0;
     }
     if (count > GGUF_MAX_ITEMS - r->items)
-        return rd_fail(r, "array count", "%llu more strings or arrays exceed the limit of %llu in one file; " FIX_CORRUPT,
+        return rd_fail(r, "array count",
+                       "%llu more strings or arrays exceed the limit of %llu in one file; " FIX_CORRUPT,
                        (unsigned long long)count, (unsigned long long)GGUF_MAX_ITEMS);
     r->items += count;
     if (count == 0) return 0;
@@ -347,8 +357,10 @@ static const struct name_ref *name_lookup(const struct name_ref *refs, uint64_t 
         uint64_t mid = lo + (hi - lo) / 2;
         int c = str_cmp(refs[mid].data, refs[mid].len, s, len);
         if (c == 0) return &refs[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -367,7 +379,8 @@ static int off_ref_cmp(const void *pa, const void *pb) {
 // --- the file -------------------------------------------------------------------------
 
 static int parse_header(struct rd *r, struct gguf_file *f) {
-    if (r->size == 0) return st_fail("%s: header magic: the file is empty; download the model again", r->name);
+    if (r->size == 0)
+        return st_fail("%s: header magic: the file is empty; download the model again", r->name);
     if (r->size < 4 || memcmp(r->p, GGUF_MAGIC, 4) != 0) {
         char got[32] = "";
         for (uint64_t i = 0; i < 4 && i < r->size; i++)
@@ -379,12 +392,14 @@ static int parse_header(struct rd *r, struct gguf_file *f) {
     r->pos = 4;
     if (rd_u32(r, "version", &f->version)) return -1;
     uint32_t v = f->version, swapped = __builtin_bswap32(v);
-    if (v == 1) return st_fail("%s: header version: unsupported GGUF version 1; re-convert the model", r->name);
+    if (v == 1)
+        return st_fail("%s: header version: unsupported GGUF version 1; re-convert the model", r->name);
     if (v != 2 && v != 3) {
         if (swapped >= 1 && swapped <= 3)
-            return st_fail("%s: header version: reads as 0x%08x, a big-endian GGUF file (version %u); Strata reads "
-                           "little-endian files only — convert the model to little-endian",
-                           r->name, v, swapped);
+            return st_fail(
+                "%s: header version: reads as 0x%08x, a big-endian GGUF file (version %u); Strata reads "
+                "little-endian files only — convert the model to little-endian",
+                r->name, v, swapped);
         return st_fail("%s: header version: unsupported GGUF version %u (Strata reads versions 2 and 3); "
                        "re-convert the model or update Strata",
                        r->name, v);
@@ -405,7 +420,8 @@ static int parse_kvs(struct rd *r, struct gguf_impl *g) {
     struct gguf_file *f = &g->pub;
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
     g->kv_sorted = calloc(f->n_kv ? f->n_kv : 1, sizeof *g->kv_sorted);
-    if (!f->kv || !g->kv_sorted) return rd_fail(r, "n_kv", "out of memory for %llu pairs", (unsigned long long)f->n_kv);
+    if (!f->kv || !g->kv_sorted)
+        return rd_fail(r, "n_kv", "out of memory for %llu pairs", (unsigned long long)f->n_kv);
     r->ctx = RD_KV;
     for (uint64_t i = 0; i < f->n_kv; i++) {
         struct gguf_kv *kv = &f->kv[i];
@@ -425,8 +441,8 @@ static int parse_kvs(struct rd *r, struct gguf_impl *g) {
     for (uint64_t i = 1; i < f->n_kv; i++)
         if (name_ref_cmp(&g->kv_sorted[i - 1], &g->kv_sorted[i]) == 0) {
             r->what = f->kv[g->kv_sorted[i].index].key;
-            return rd_fail(r, "", "appears twice (pairs #%zu and #%zu); " FIX_CORRUPT, g->kv_sorted[i - 1].index,
-                           g->kv_sorted[i].index);
+            return rd_fail(r, "", "appears twice (pairs #%zu and #%zu); " FIX_CORRUPT,
+                           g->kv_sorted[i - 1].index, g->kv_sorted[i].index);
         }
     return 0;
 }
@@ -440,8 +456,9 @@ static int parse_alignment(struct rd *r, struct gguf_file *f) {
                        gguf_vtype_name(kv->value.type));
     uint64_t a = kv->value.v.u64;
     if (a < GGUF_MIN_ALIGNMENT || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
-        return st_fail("%s: key 'general.alignment': must be a power of two from %u to %u (%llu); " FIX_CORRUPT,
-                       r->name, GGUF_MIN_ALIGNMENT, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
+        return st_fail(
+            "%s: key 'general.alignment': must be a power of two from %u to %u (%llu); " FIX_CORRUPT, r->name,
+            GGUF_MIN_ALIGNMENT, GGUF_MAX_ALIGNMENT, (unsigned long long)a);
     f->alignment = a;
     return 0;
 }
@@ -463,14 +480,17 @@ static int parse_tensor_info(struct rd *r, struct gguf_tensor *t, uint64_t align
                            (long long)d);
         t->ne[j] = (int64_t)d;
         if (__builtin_mul_overflow(nelem, t->ne[j], &nelem))
-            return rd_fail(r, "dimension", "element count overflows (ne[%u] = %lld); " FIX_CORRUPT, j, (long long)d);
+            return rd_fail(r, "dimension", "element count overflows (ne[%u] = %lld); " FIX_CORRUPT, j,
+                           (long long)d);
     }
     uint32_t type;
     if (rd_u32(r, "type", &type)) return -1;
     const struct quant_traits *q = type < GGML_TYPE_COUNT ? quant_get((enum ggml_type)type) : NULL;
     if (!q)
-        return rd_fail(r, "type", "is not a defined tensor type (%u); the model uses a type removed from GGUF or "
-                       "newer than Strata — re-convert the model or update Strata", type);
+        return rd_fail(r, "type",
+                       "is not a defined tensor type (%u); the model uses a type removed from GGUF or "
+                       "newer than Strata — re-convert the model or update Strata",
+                       type);
     t->type = (enum ggml_type)type;
     if (t->ne[0] % q->block_size)
         return rd_fail(r, "ne[0]", "%lld is not a multiple of the %s block size %lld; " FIX_CORRUPT,
@@ -478,7 +498,8 @@ static int parse_tensor_info(struct rd *r, struct gguf_tensor *t, uint64_t align
     uint64_t nbytes = (uint64_t)(t->ne[0] / q->block_size);
     if (__builtin_mul_overflow(nbytes, (uint64_t)q->type_size, &nbytes) ||
         __builtin_mul_overflow(nbytes, (uint64_t)(nelem / t->ne[0]), &nbytes))
-        return rd_fail(r, "size", "byte size of %lld %s elements overflows; " FIX_CORRUPT, (long long)nelem, q->name);
+        return rd_fail(r, "size", "byte size of %lld %s elements overflows; " FIX_CORRUPT, (long long)nelem,
+                       q->name);
     t->nbytes = nbytes;
     if (rd_u64(r, "offset", &t->offset)) return -1;
     if (t->offset % alignment)
@@ -493,7 +514,8 @@ static int parse_tensors(struct rd *r, struct gguf_impl *g) {
     f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
     g->tensor_sorted = calloc(n ? n : 1, sizeof *g->tensor_sorted);
     if (!f->tensors || !g->tensor_sorted)
-        return st_fail("%s: header n_tensors: out of memory for %llu tensors", r->name, (unsigned long long)n);
+        return st_fail("%s: header n_tensors: out of memory for %llu tensors", r->name,
+                       (unsigned long long)n);
     r->ctx = RD_TENSOR;
     r->depth = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -516,7 +538,8 @@ static int parse_tensors(struct rd *r, struct gguf_impl *g) {
     if (pad > r->size - r->pos) {
         if (n > 0) {
             r->ctx = RD_HEADER;
-            return rd_fail(r, "data section", "starts at %llu, past the end of the file (size %llu); " FIX_TRUNCATED,
+            return rd_fail(r, "data section",
+                           "starts at %llu, past the end of the file (size %llu); " FIX_TRUNCATED,
                            (unsigned long long)(r->pos + pad), (unsigned long long)r->size);
         }
         pad = r->size - r->pos;
@@ -529,12 +552,16 @@ static int parse_tensors(struct rd *r, struct gguf_impl *g) {
             r->entry = i;
             r->what = t->name;
             if (t->offset > r->size) // the file offset may not even be representable
-                return rd_fail(r, "data", "[data section %llu + offset %llu, %llu bytes] runs past the end of the file "
-                               "(size %llu); " FIX_TRUNCATED, (unsigned long long)f->data_offset,
-                               (unsigned long long)t->offset, (unsigned long long)t->nbytes, (unsigned long long)r->size);
-            return rd_fail(r, "data", "[offset %llu, %llu bytes] runs past the end of the file (size %llu); " FIX_TRUNCATED,
-                           (unsigned long long)(f->data_offset + t->offset), (unsigned long long)t->nbytes,
-                           (unsigned long long)r->size);
+                return rd_fail(r, "data",
+                               "[data section %llu + offset %llu, %llu bytes] runs past the end of the file "
+                               "(size %llu); " FIX_TRUNCATED,
+                               (unsigned long long)f->data_offset, (unsigned long long)t->offset,
+                               (unsigned long long)t->nbytes, (unsigned long long)r->size);
+            return rd_fail(
+                r, "data",
+                "[offset %llu, %llu bytes] runs past the end of the file (size %llu); " FIX_TRUNCATED,
+                (unsigned long long)(f->data_offset + t->offset), (unsigned long long)t->nbytes,
+                (unsigned long long)r->size);
         }
         t->data = r->p + f->data_offset + t->offset;
     }
@@ -550,16 +577,19 @@ static int parse_tensors(struct rd *r, struct gguf_impl *g) {
             append_escaped(an, sizeof an, a->name.data, a->name.len, 96);
             r->entry = by_off[i].index;
             r->what = b->name;
-            rc = rd_fail(r, "data", "[offset %llu, %llu bytes] overlaps tensor '%s' [offset %llu, %llu bytes]; " FIX_CORRUPT,
-                         (unsigned long long)(f->data_offset + b->offset), (unsigned long long)b->nbytes, an,
-                         (unsigned long long)(f->data_offset + a->offset), (unsigned long long)a->nbytes);
+            rc = rd_fail(
+                r, "data",
+                "[offset %llu, %llu bytes] overlaps tensor '%s' [offset %llu, %llu bytes]; " FIX_CORRUPT,
+                (unsigned long long)(f->data_offset + b->offset), (unsigned long long)b->nbytes, an,
+                (unsigned long long)(f->data_offset + a->offset), (unsigned long long)a->nbytes);
         }
     }
     free(by_off);
     return rc;
 }
 
-static int gguf_parse(const uint8_t *p, uint64_t size, const char *name, size_t map_len, struct gguf_file **out) {
+static int gguf_parse(const uint8_t *p, uint64_t size, const char *name, size_t map_len,
+                      struct gguf_file **out) {
     struct gguf_impl *g = st_xcalloc(1, sizeof *g);
     struct gguf_file *f = &g->pub;
     f->path = strdup(name);
@@ -579,7 +609,8 @@ static int gguf_parse(const uint8_t *p, uint64_t size, const char *name, size_t 
 int gguf_open_memory(const void *data, uint64_t size, const char *name, struct gguf_file **out) {
     *out = NULL;
     if (!name) name = "<memory>";
-    if (!data && size) return st_fail("%s: no data for an image of %llu bytes", name, (unsigned long long)size);
+    if (!data && size)
+        return st_fail("%s: no data for an image of %llu bytes", name, (unsigned long long)size);
     return gguf_parse(data, size, name, 0, out);
 }
 
@@ -603,7 +634,8 @@ int gguf_open(const char *path, struct gguf_file **out) {
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
-        return st_fail("%s: %lld bytes do not fit in this process's address space", path, (long long)st.st_size);
+        return st_fail("%s: %lld bytes do not fit in this process's address space", path,
+                       (long long)st.st_size);
     }
     size_t len = (size_t)st.st_size;
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -643,10 +675,13 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
 
 #define FIX_METADATA "the model's metadata is wrong — re-convert the model"
 
-static int get_fail_type(const struct gguf_file *f, const char *key, const struct gguf_value *v, const char *want) {
+static int get_fail_type(const struct gguf_file *f, const char *key, const struct gguf_value *v,
+                         const char *want) {
     char got[48];
-    if (v->type == GGUF_VTYPE_ARRAY) snprintf(got, sizeof got, "array of %s", gguf_vtype_name(v->v.arr.type));
-    else snprintf(got, sizeof got, "%s", gguf_vtype_name(v->type));
+    if (v->type == GGUF_VTYPE_ARRAY)
+        snprintf(got, sizeof got, "array of %s", gguf_vtype_name(v->v.arr.type));
+    else
+        snprintf(got, sizeof got, "%s", gguf_vtype_name(v->type));
     return st_fail("%s: key '%s': has type %s, expected %s; " FIX_METADATA, f->path, key, got, want);
 }
 
@@ -712,7 +747,8 @@ int gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *ou
     return 0;
 }
 
-int gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype elem, const struct gguf_array **out) {
+int gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype elem,
+                 const struct gguf_array **out) {
     const struct gguf_kv *kv = gguf_find(f, key);
     if (!kv) return 1;
     const struct gguf_value *v = &kv->value;

@@ -37,8 +37,8 @@ struct gguf_str {
 
 // Limits on what a file may hold; the reader refuses a file past any of them
 // and the writer refuses to write one.
-#define GGUF_MAX_KEY_LEN 65535           // bytes in a key (the GGUF specification)
-#define GGUF_MAX_NAME_LEN 63             // bytes in a tensor name: ggml's GGML_MAX_NAME (64) holds its NUL too
+#define GGUF_MAX_KEY_LEN 65535 // bytes in a key (the GGUF specification)
+#define GGUF_MAX_NAME_LEN 63   // bytes in a tensor name: ggml's GGML_MAX_NAME (64) holds its NUL too
 #define GGUF_MAX_STRING_LEN (1ull << 30) // bytes in one string (llama.cpp's GGUF_MAX_STRING_LENGTH)
 #define GGUF_MAX_ARRAY_LEN (1ull << 30)  // elements in one array (llama.cpp's GGUF_MAX_ARRAY_ELEMENTS)
 
@@ -54,10 +54,10 @@ struct gguf_value;
 // `data` (little-endian, possibly unaligned: read them with gguf_array_*);
 // strings and nested arrays are parsed into `items`.
 struct gguf_array {
-    enum gguf_vtype type;       // element type
+    enum gguf_vtype type; // element type
     uint64_t count;
-    const void *data;           // fixed-size elements; NULL for STRING/ARRAY
-    struct gguf_value *items;   // [count] for STRING and ARRAY elements; NULL otherwise
+    const void *data;         // fixed-size elements; NULL for STRING/ARRAY
+    struct gguf_value *items; // [count] for STRING and ARRAY elements; NULL otherwise
 };
 
 struct gguf_value {
@@ -78,24 +78,24 @@ struct gguf_kv {
 
 struct gguf_tensor {
     struct gguf_str name;
-    uint32_t n_dims;        // 1..4
-    int64_t ne[4];          // elements per dimension, ne[0] fastest; unused dims are 1
+    uint32_t n_dims; // 1..4
+    int64_t ne[4];   // elements per dimension, ne[0] fastest; unused dims are 1
     enum ggml_type type;
-    uint64_t offset;        // from the start of the data section
-    uint64_t nbytes;        // bytes of data
-    const void *data;       // into the mapping
+    uint64_t offset;  // from the start of the data section
+    uint64_t nbytes;  // bytes of data
+    const void *data; // into the mapping
 };
 
 struct gguf_file {
-    char *path;                 // owned copy of the path given to gguf_open
+    char *path; // owned copy of the path given to gguf_open
     uint32_t version;
     uint64_t n_kv;
-    struct gguf_kv *kv;         // [n_kv]
+    struct gguf_kv *kv; // [n_kv]
     uint64_t n_tensors;
     struct gguf_tensor *tensors; // [n_tensors]
     uint64_t alignment;
-    uint64_t data_offset;       // start of the data section in the file
-    const uint8_t *map;         // the whole file
+    uint64_t data_offset; // start of the data section in the file
+    const uint8_t *map;   // the whole file
     uint64_t size;
 };
 
@@ -122,7 +122,8 @@ int gguf_get_f32(const struct gguf_file *f, const char *key, float *out);
 int gguf_get_bool(const struct gguf_file *f, const char *key, bool *out);
 int gguf_get_str(const struct gguf_file *f, const char *key, struct gguf_str *out);
 // An array of the given element type; same return convention.
-int gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype elem, const struct gguf_array **out);
+int gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype elem,
+                 const struct gguf_array **out);
 
 // Element i of a fixed-size-element array, converted (caller checks type).
 int64_t gguf_array_int(const struct gguf_array *a, uint64_t i);

@@ -34,7 +34,8 @@ struct gguf_writer {
 
 static int buf_reserve(struct buf *b, uint64_t n) {
     if (n <= b->cap - b->len) return 0;
-    if (n > UINT64_MAX / 2 - b->len) return st_fail("gguf writer: %llu bytes is too large", (unsigned long long)n);
+    if (n > UINT64_MAX / 2 - b->len)
+        return st_fail("gguf writer: %llu bytes is too large", (unsigned long long)n);
     uint64_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n) cap *= 2;
     if (cap > SIZE_MAX) return st_fail("gguf writer: %llu bytes is too large", (unsigned long long)cap);
@@ -90,7 +91,8 @@ void gguf_writer_free(struct gguf_writer *w) {
 }
 
 int gguf_writer_set_version(struct gguf_writer *w, uint32_t version) {
-    if (version != 2 && version != 3) return st_fail("gguf writer: version %u: only 2 and 3 are written", version);
+    if (version != 2 && version != 3)
+        return st_fail("gguf writer: version %u: only 2 and 3 are written", version);
     w->version = version;
     return 0;
 }
@@ -116,10 +118,12 @@ static int put_array(struct buf *b, const char *key, const struct gguf_array *a)
     if (buf_put_le(b, (uint64_t)a->type, 4) || buf_put_le(b, a->count, 8)) return -1;
     size_t esize = gguf_vtype_size(a->type);
     if (esize) {
-        if (a->count && !a->data) return st_fail("gguf writer: key '%s': array of %llu elements without data", key,
-                                                 (unsigned long long)a->count);
+        if (a->count && !a->data)
+            return st_fail("gguf writer: key '%s': array of %llu elements without data", key,
+                           (unsigned long long)a->count);
         if (a->count > UINT64_MAX / esize)
-            return st_fail("gguf writer: key '%s': %llu elements is too many", key, (unsigned long long)a->count);
+            return st_fail("gguf writer: key '%s': %llu elements is too many", key,
+                           (unsigned long long)a->count);
         if (a->type == GGUF_VTYPE_BOOL)
             for (uint64_t i = 0; i < a->count; i++)
                 if (((const uint8_t *)a->data)[i] > 1)
@@ -128,11 +132,13 @@ static int put_array(struct buf *b, const char *key, const struct gguf_array *a)
         return buf_put(b, a->data, a->count * esize);
     }
     if (a->count && !a->items)
-        return st_fail("gguf writer: key '%s': array of %llu elements without items", key, (unsigned long long)a->count);
+        return st_fail("gguf writer: key '%s': array of %llu elements without items", key,
+                       (unsigned long long)a->count);
     for (uint64_t i = 0; i < a->count; i++) {
         if (a->items[i].type != a->type)
             return st_fail("gguf writer: key '%s': element %llu has type %s in an array of %s", key,
-                           (unsigned long long)i, gguf_vtype_name(a->items[i].type), gguf_vtype_name(a->type));
+                           (unsigned long long)i, gguf_vtype_name(a->items[i].type),
+                           gguf_vtype_name(a->type));
         if (put_value(b, key, &a->items[i])) return -1;
     }
     return 0;
@@ -152,8 +158,9 @@ static int put_value(struct buf *b, const char *key, const struct gguf_value *v)
         return buf_put_le(b, bits, 8);
     }
     case GGUF_VTYPE_BOOL:
-        if (v->v.u64 > 1) return st_fail("gguf writer: key '%s': bool %llu is not 0 or 1", key,
-                                         (unsigned long long)v->v.u64);
+        if (v->v.u64 > 1)
+            return st_fail("gguf writer: key '%s': bool %llu is not 0 or 1", key,
+                           (unsigned long long)v->v.u64);
         return buf_put_le(b, v->v.u64, 1);
     case GGUF_VTYPE_STRING:
         if (v->v.str.len && !v->v.str.data) return st_fail("gguf writer: key '%s': string without data", key);
@@ -183,13 +190,14 @@ int gguf_writer_add_value(struct gguf_writer *w, const char *key, const struct g
     uint64_t bad;
     if (!gguf_key_valid(key, strlen(key), &bad))
         return st_fail("gguf writer: key '%.96s': not a valid key at byte %llu (keys are at most %d bytes of "
-                       "lower_snake_case ASCII words joined by single dots)", key, (unsigned long long)bad,
-                       GGUF_MAX_KEY_LEN);
+                       "lower_snake_case ASCII words joined by single dots)",
+                       key, (unsigned long long)bad, GGUF_MAX_KEY_LEN);
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0) return st_fail("gguf writer: key '%s' added twice", key);
     uint64_t mark = w->kv.len;
     uint64_t klen = strlen(key);
-    if (buf_put_str(&w->kv, key, klen) || buf_put_le(&w->kv, (uint64_t)v->type, 4) || put_value(&w->kv, key, v)) {
+    if (buf_put_str(&w->kv, key, klen) || buf_put_le(&w->kv, (uint64_t)v->type, 4) ||
+        put_value(&w->kv, key, v)) {
         w->kv.len = mark;
         return -1;
     }
@@ -245,24 +253,38 @@ int gguf_writer_add_str(struct gguf_writer *w, const char *key, const char *s) {
     return gguf_writer_add_value(w, key, &v);
 }
 
-int gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem, const void *data, uint64_t n) {
+int gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem, const void *data,
+                        uint64_t n) {
     size_t esize = gguf_vtype_size(elem);
-    if (!esize) return st_fail("gguf writer: key '%s': %s is not a fixed-size element type", key, gguf_vtype_name(elem));
-    if (n && !data) return st_fail("gguf writer: key '%s': array of %llu elements without data", key,
-                                   (unsigned long long)n);
-    if (n > SIZE_MAX / esize) return st_fail("gguf writer: key '%s': %llu elements is too many", key,
-                                             (unsigned long long)n);
+    if (!esize)
+        return st_fail("gguf writer: key '%s': %s is not a fixed-size element type", key,
+                       gguf_vtype_name(elem));
+    if (n && !data)
+        return st_fail("gguf writer: key '%s': array of %llu elements without data", key,
+                       (unsigned long long)n);
+    if (n > SIZE_MAX / esize)
+        return st_fail("gguf writer: key '%s': %llu elements is too many", key, (unsigned long long)n);
     // host values to little-endian bytes
     uint8_t *le = malloc(n ? (size_t)(n * esize) : 1);
-    if (!le) return st_fail("gguf writer: key '%s': out of memory for %llu elements", key, (unsigned long long)n);
+    if (!le)
+        return st_fail("gguf writer: key '%s': out of memory for %llu elements", key, (unsigned long long)n);
     const uint8_t *src = data;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t x = 0;
-        if (elem == GGUF_VTYPE_BOOL) x = ((const bool *)data)[i];
-        else if (esize == 1) x = src[i];
-        else if (esize == 2) { uint16_t h; memcpy(&h, src + 2 * i, 2); x = h; }
-        else if (esize == 4) { uint32_t h; memcpy(&h, src + 4 * i, 4); x = h; }
-        else memcpy(&x, src + 8 * i, 8);
+        if (elem == GGUF_VTYPE_BOOL)
+            x = ((const bool *)data)[i];
+        else if (esize == 1)
+            x = src[i];
+        else if (esize == 2) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            x = h;
+        } else if (esize == 4) {
+            uint32_t h;
+            memcpy(&h, src + 4 * i, 4);
+            x = h;
+        } else
+            memcpy(&x, src + 8 * i, 8);
         for (size_t k = 0; k < esize; k++) le[i * esize + k] = (uint8_t)(x >> (8 * k));
     }
     struct gguf_value v = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = elem, .count = n, .data = le}};
@@ -272,15 +294,18 @@ int gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype 
 }
 
 int gguf_writer_add_arr_str(struct gguf_writer *w, const char *key, const char *const *strs, uint64_t n) {
-    if (n && !strs) return st_fail("gguf writer: key '%s': array of %llu strings without data", key,
-                                   (unsigned long long)n);
+    if (n && !strs)
+        return st_fail("gguf writer: key '%s': array of %llu strings without data", key,
+                       (unsigned long long)n);
     if (n > SIZE_MAX / sizeof(struct gguf_value))
         return st_fail("gguf writer: key '%s': %llu strings is too many", key, (unsigned long long)n);
     struct gguf_value *items = malloc(n ? (size_t)n * sizeof *items : 1);
-    if (!items) return st_fail("gguf writer: key '%s': out of memory for %llu strings", key, (unsigned long long)n);
+    if (!items)
+        return st_fail("gguf writer: key '%s': out of memory for %llu strings", key, (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++)
         items[i] = (struct gguf_value){.type = GGUF_VTYPE_STRING, .v.str = {strlen(strs[i]), strs[i]}};
-    struct gguf_value v = {.type = GGUF_VTYPE_ARRAY, .v.arr = {.type = GGUF_VTYPE_STRING, .count = n, .items = items}};
+    struct gguf_value v = {.type = GGUF_VTYPE_ARRAY,
+                           .v.arr = {.type = GGUF_VTYPE_STRING, .count = n, .items = items}};
     int rc = gguf_writer_add_value(w, key, &v);
     free(items);
     return rc;
@@ -295,30 +320,37 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum ggml_ty
         return st_fail("gguf writer: tensor '%.96s': the name is %zu bytes long, over the limit of %d", name,
                        strlen(name), GGUF_MAX_NAME_LEN);
     for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (strcmp(w->tensors[i].name, name) == 0) return st_fail("gguf writer: tensor '%s' added twice", name);
-    if (n_dims < 1 || n_dims > 4) return st_fail("gguf writer: tensor '%s': n_dims %u is not 1..4", name, n_dims);
+        if (strcmp(w->tensors[i].name, name) == 0)
+            return st_fail("gguf writer: tensor '%s' added twice", name);
+    if (n_dims < 1 || n_dims > 4)
+        return st_fail("gguf writer: tensor '%s': n_dims %u is not 1..4", name, n_dims);
     const struct quant_traits *q = (unsigned)type < GGML_TYPE_COUNT ? quant_get(type) : NULL;
     if (!q) return st_fail("gguf writer: tensor '%s': undefined type %d", name, (int)type);
     struct wtensor t = {.n_dims = n_dims, .type = type, .ne = {1, 1, 1, 1}};
     int64_t rows = 1;
     for (uint32_t j = 0; j < n_dims; j++) {
-        if (ne[j] < 1) return st_fail("gguf writer: tensor '%s': ne[%u] = %lld is not >= 1", name, j, (long long)ne[j]);
+        if (ne[j] < 1)
+            return st_fail("gguf writer: tensor '%s': ne[%u] = %lld is not >= 1", name, j, (long long)ne[j]);
         t.ne[j] = ne[j];
         if (j > 0 && __builtin_mul_overflow(rows, ne[j], &rows))
             return st_fail("gguf writer: tensor '%s': element count overflows", name);
     }
     if (ne[0] % q->block_size)
-        return st_fail("gguf writer: tensor '%s': ne[0] = %lld is not a multiple of the %s block size %lld", name,
-                       (long long)ne[0], q->name, (long long)q->block_size);
+        return st_fail("gguf writer: tensor '%s': ne[0] = %lld is not a multiple of the %s block size %lld",
+                       name, (long long)ne[0], q->name, (long long)q->block_size);
     uint64_t nbytes = (uint64_t)(ne[0] / q->block_size);
     if (__builtin_mul_overflow(nbytes, (uint64_t)q->type_size, &nbytes) ||
         __builtin_mul_overflow(nbytes, (uint64_t)rows, &nbytes) || nbytes > SIZE_MAX)
         return st_fail("gguf writer: tensor '%s': byte size overflows", name);
     t.nbytes = nbytes;
     t.data = malloc(nbytes ? (size_t)nbytes : 1);
-    if (!t.data) return st_fail("gguf writer: tensor '%s': out of memory for %llu bytes", name, (unsigned long long)nbytes);
-    if (data) memcpy(t.data, data, (size_t)nbytes);
-    else memset(t.data, 0, (size_t)nbytes);
+    if (!t.data)
+        return st_fail("gguf writer: tensor '%s': out of memory for %llu bytes", name,
+                       (unsigned long long)nbytes);
+    if (data)
+        memcpy(t.data, data, (size_t)nbytes);
+    else
+        memset(t.data, 0, (size_t)nbytes);
     t.name = strdup(name);
     ST_ASSERT(t.name);
     if (w->n_tensors == w->cap_tensors) {

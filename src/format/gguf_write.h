@@ -49,7 +49,8 @@ int gguf_writer_add_bool(struct gguf_writer *w, const char *key, bool x);
 int gguf_writer_add_str(struct gguf_writer *w, const char *key, const char *s);
 // An array of n fixed-size elements of type elem read from host values at
 // data (uint8_t[n] for UINT8, float[n] for FLOAT32, bool[n] for BOOL, ...).
-int gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem, const void *data, uint64_t n);
+int gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem, const void *data,
+                        uint64_t n);
 // An array of n NUL-terminated strings.
 int gguf_writer_add_arr_str(struct gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 

@@ -346,8 +346,8 @@ static int best_index_int8(int n, const int8_t *val, float x) {
 
 // ggml's quantize_row_iq4_nl_impl with block_size 32, ntry 7 and no importance
 // weights (each element weighted by x^2), as used for model files.
-void quant_iq4_quantize_block(int super_block, const float *x, uint16_t *dh, uint8_t *q4,
-                              uint16_t *scales_h, uint8_t *scales_l) {
+void quant_iq4_quantize_block(int super_block, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
+                              uint8_t *scales_l) {
     enum { BLOCK = 32, NTRY = 7 };
     const int8_t *values = quant_kvalues_iq4nl;
     const int nsub = super_block / BLOCK;
@@ -451,12 +451,28 @@ void quant_quantize_row_iq4_nl(const float *src, void *dst, int64_t n) {
 
 // --- the table ------------------------------------------------------------------------------
 
-#define FLOAT_TYPE(T, NAME, SIZE, lower)                                                           \
-    [T] = {NAME, 1, SIZE, true, quant_dequantize_row_##lower, quant_quantize_row_##lower,        \
-           GGML_TYPE_F32, quant_vec_dot_##lower##_f32, quant_vec_dot_##lower##_f32_scalar, NULL}
-#define WEIGHT_TYPE(T, NAME, BLOCK, SIZE, lower, QUANT, VT, vt)                                    \
-    [T] = {NAME, BLOCK, SIZE, true, quant_dequantize_row_##lower, QUANT, VT,                       \
-           quant_vec_dot_##lower##_##vt, quant_vec_dot_##lower##_##vt##_scalar, NULL}
+#define FLOAT_TYPE(T, NAME, SIZE, lower)                                                                     \
+    [T] = {NAME,                                                                                             \
+           1,                                                                                                \
+           SIZE,                                                                                             \
+           true,                                                                                             \
+           quant_dequantize_row_##lower,                                                                     \
+           quant_quantize_row_##lower,                                                                       \
+           GGML_TYPE_F32,                                                                                    \
+           quant_vec_dot_##lower##_f32,                                                                      \
+           quant_vec_dot_##lower##_f32_scalar,                                                               \
+           NULL}
+#define WEIGHT_TYPE(T, NAME, BLOCK, SIZE, lower, QUANT, VT, vt)                                              \
+    [T] = {NAME,                                                                                             \
+           BLOCK,                                                                                            \
+           SIZE,                                                                                             \
+           true,                                                                                             \
+           quant_dequantize_row_##lower,                                                                     \
+           QUANT,                                                                                            \
+           VT,                                                                                               \
+           quant_vec_dot_##lower##_##vt,                                                                     \
+           quant_vec_dot_##lower##_##vt##_scalar,                                                            \
+           NULL}
 // A type Strata only knows the size of; its vec_dot_type is itself (no dot product).
 #define KNOWN_TYPE(T, NAME, BLOCK, SIZE) [T] = {NAME, BLOCK, SIZE, false, NULL, NULL, T, NULL, NULL, NULL}
 
@@ -484,8 +500,7 @@ static const struct quant_traits quant_table[GGML_TYPE_COUNT] = {
     KNOWN_TYPE(GGML_TYPE_IQ2_XS, "IQ2_XS", 256, 74),
     KNOWN_TYPE(GGML_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98),
     KNOWN_TYPE(GGML_TYPE_IQ1_S, "IQ1_S", 256, 50),
-    WEIGHT_TYPE(GGML_TYPE_IQ4_NL, "IQ4_NL", 32, 18, iq4_nl, quant_quantize_row_iq4_nl, GGML_TYPE_Q8_0,
-                q8_0),
+    WEIGHT_TYPE(GGML_TYPE_IQ4_NL, "IQ4_NL", 32, 18, iq4_nl, quant_quantize_row_iq4_nl, GGML_TYPE_Q8_0, q8_0),
     KNOWN_TYPE(GGML_TYPE_IQ3_S, "IQ3_S", 256, 110),
     KNOWN_TYPE(GGML_TYPE_IQ2_S, "IQ2_S", 256, 82),
     WEIGHT_TYPE(GGML_TYPE_IQ4_XS, "IQ4_XS", 256, 136, iq4_xs, quant_quantize_row_iq4_xs, GGML_TYPE_Q8_K,

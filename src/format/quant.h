@@ -60,15 +60,15 @@ typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*quant_vec_dot_fn)(int64_t n, const void *w, const void *act);
 
 struct quant_traits {
-    const char *name;        // "Q4_K"; NULL for a number the format does not define
-    int64_t block_size;      // elements per block
-    size_t type_size;        // bytes per block
-    bool supported;          // dequantize_row (and vec_dot) exist
+    const char *name;   // "Q4_K"; NULL for a number the format does not define
+    int64_t block_size; // elements per block
+    size_t type_size;   // bytes per block
+    bool supported;     // dequantize_row (and vec_dot) exist
     quant_dequantize_fn dequantize_row;
-    quant_quantize_fn quantize_row;    // NULL where Strata has no quantizer for the type
-    enum ggml_type vec_dot_type;       // activation type of vec_dot (meaningful only where vec_dot exists)
-    quant_vec_dot_fn vec_dot;          // fast path (SIMD where built); NULL if unsupported
-    quant_vec_dot_fn vec_dot_scalar;   // the same function in plain C, the fast path's twin
+    quant_quantize_fn quantize_row;  // NULL where Strata has no quantizer for the type
+    enum ggml_type vec_dot_type;     // activation type of vec_dot (meaningful only where vec_dot exists)
+    quant_vec_dot_fn vec_dot;        // fast path (SIMD where built); NULL if unsupported
+    quant_vec_dot_fn vec_dot_scalar; // the same function in plain C, the fast path's twin
     // The activation quantizer of matrix products at run time, where it differs
     // from quantize_row (NULL: quantize_row): ggml's CPU form for Q8_0 and Q8_1
     // multiplies by 127/amax and rounds half to even, where the reference form

@@ -183,8 +183,8 @@ static inline int quant_nearest_int(float fval) {
 // IQ4_XS) with ggml's search (7 scale trials each side, no importance weights):
 // writes the half scale to *dh, the nibbles to q4 and, when super_block > 32, the
 // 6-bit sub-block scales to *scales_h / scales_l.
-void quant_iq4_quantize_block(int super_block, const float *x, uint16_t *dh, uint8_t *q4,
-                              uint16_t *scales_h, uint8_t *scales_l);
+void quant_iq4_quantize_block(int super_block, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
+                              uint8_t *scales_l);
 
 // --- row functions (n a multiple of the block size) ---------------------------------
 // quant.c

@@ -158,7 +158,8 @@ void quant_dequantize_row_iq4_xs(const void *src, float *dst, int64_t n) {
         const float d = st_fp16_to_f32(b[i].d);
         const uint8_t *qs = b[i].qs;
         for (int ib = 0; ib < QK_K / 32; ib++, dst += 32, qs += 16) {
-            const int ls = ((b[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((b[i].scales_h >> 2 * ib) & 3) << 4;
+            const int ls = ((b[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((b[i].scales_h >> 2 * ib) & 3)
+                                                                                 << 4;
             const float dl = d * (float)(ls - 32);
             for (int j = 0; j < 16; j++) {
                 dst[j] = dl * (float)quant_kvalues_iq4nl[qs[j] & 0xF];

@@ -18,8 +18,8 @@
 template <int MAXD>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, int pos0,
-                int n_head, int group, int hd, int kv_dim, int chunk, int n_split, float scale,
-                float softcap, int window) {
+                int n_head, int group, int hd, int kv_dim, int chunk, int n_split, float scale, float softcap,
+                int window) {
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
@@ -83,8 +83,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) acc += so[w][d] * f[w];
-        if (n_split == 1) out[qi * hd + d] = acc / sum;
-        else part[(qi * n_split + sp) * (hd + 2) + d] = acc;
+        if (n_split == 1)
+            out[qi * hd + d] = acc / sum;
+        else
+            part[(qi * n_split + sp) * (hd + 2) + d] = acc;
     }
     if (n_split > 1 && threadIdx.x == 0) {
         part[(qi * n_split + sp) * (hd + 2) + hd] = mx;
@@ -128,31 +130,34 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split) {
 }
 
 template <int MAXD>
-static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part,
-                        int n, int pos0, int n_head, int n_head_kv, int hd, int n_split,
+static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part, int n,
+                        int pos0, int n_head, int n_head_kv, int hd, int n_split,
                         const struct attn_params &ap, gpuStream_t s) {
     const int chunk = (int)gpu_cdiv(pos0 + n, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
-    attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(
-        q, k, v, out, part, pos0, n_head, n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split,
-        ap.scale, ap.softcap, ap.window);
+    attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(q, k, v, out, part, pos0, n_head, n_head / n_head_kv, hd,
+                                                   n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap,
+                                                   ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
-        attn_merge_kernel<<<dim3((unsigned)n_head, (unsigned)n), 128, 0, s>>>(part, out, n_head, hd,
-                                                                           n_split);
+        attn_merge_kernel<<<dim3((unsigned)n_head, (unsigned)n), 128, 0, s>>>(part, out, n_head, hd, n_split);
         GPU_CHECK_LAUNCH();
     }
 }
 
-int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n,
-                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split,
-                  const struct attn_params &ap, gpuStream_t s) {
-    if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 ||
-        n_head % n_head_kv != 0 || n_split < 1)
+int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n, int pos0,
+                  int n_head, int n_head_kv, int head_dim, int n_split, const struct attn_params &ap,
+                  gpuStream_t s) {
+    if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv != 0 ||
+        n_split < 1)
         return -1;
-    if (head_dim <= 32) attn_launch<32>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
-    else if (head_dim <= 64) attn_launch<64>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
-    else if (head_dim <= 128) attn_launch<128>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
-    else attn_launch<256>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    if (head_dim <= 32)
+        attn_launch<32>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else if (head_dim <= 64)
+        attn_launch<64>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else if (head_dim <= 128)
+        attn_launch<128>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+    else
+        attn_launch<256>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
     return 0;
 }

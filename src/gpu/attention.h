@@ -19,8 +19,8 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split);
 // float with a running maximum. part: gpu_attention_scratch floats. Returns 0
 // once enqueued, -1 for a head_dim over the limit or heads that do not group
 // (n_head % n_head_kv).
-int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n,
-                  int pos0, int n_head, int n_head_kv, int head_dim, int n_split,
-                  const struct attn_params &ap, gpuStream_t s);
+int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n, int pos0,
+                  int n_head, int n_head_kv, int head_dim, int n_split, const struct attn_params &ap,
+                  gpuStream_t s);
 
 #endif

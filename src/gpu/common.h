@@ -23,22 +23,22 @@ extern "C" {
 // the block (scales, mins, high bits) to another, both in block order, so that
 // kernels load the bulk with aligned 16-byte loads whatever the block size.
 struct gpu_mat {
-    int type;             // enum ggml_type
+    int type; // enum ggml_type
     int64_t rows, cols;
-    const uint8_t *bulk;  // quantized: [rows * cols/QK][bulk bytes]; float types: [rows][cols]
-    const uint8_t *rest;  // quantized: [rows * cols/QK][rest bytes]; float types: NULL
+    const uint8_t *bulk; // quantized: [rows * cols/QK][bulk bytes]; float types: [rows][cols]
+    const uint8_t *rest; // quantized: [rows * cols/QK][rest bytes]; float types: NULL
 };
 
 // Activations quantized in blocks of 32 (Q8_1-style): value ≈ d · q.
 struct gpu_q8 {
-    const int8_t *qs;     // (n, cols) int8
-    const float2 *ds;     // (n, cols/32): (d, d · Σq)
+    const int8_t *qs; // (n, cols) int8
+    const float2 *ds; // (n, cols/32): (d, d · Σq)
     int64_t cols;
 };
 
 // Checks the launch just made (bad configuration, missing kernel image);
 // the error, if any, becomes the backend's sticky error.
-#define GPU_CHECK_LAUNCH() GPU_CHECK(gpuGetLastError())  // 0, or -1 with the error recorded
+#define GPU_CHECK_LAUNCH() GPU_CHECK(gpuGetLastError()) // 0, or -1 with the error recorded
 
 static inline int64_t gpu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -48,9 +48,9 @@ static inline int64_t gpu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // IEEE binary16 bits to float (exact; subnormals, inf and nan included).
 static __device__ __forceinline__ float gpu_h2f(uint32_t h) {
     const uint32_t a = h & 0x7fffu;
-    float f = __uint_as_float((a << 13) + 0x38000000u);              // normal: rebias by 112
-    if (a < 0x0400u) f = (float)a * 5.9604644775390625e-08f;         // zero, subnormal: a·2^-24
-    if (a >= 0x7c00u) f = __uint_as_float((a << 13) | 0x7f800000u);  // inf, nan
+    float f = __uint_as_float((a << 13) + 0x38000000u);             // normal: rebias by 112
+    if (a < 0x0400u) f = (float)a * 5.9604644775390625e-08f;        // zero, subnormal: a·2^-24
+    if (a >= 0x7c00u) f = __uint_as_float((a << 13) | 0x7f800000u); // inf, nan
     return (h & 0x8000u) ? -f : f;
 }
 
@@ -60,15 +60,9 @@ static __device__ __forceinline__ float gpu_bf2f(uint32_t h) { return __uint_as_
 // p must be aligned to the width named; weights and activations are laid out so
 // that it is (see gpu_mat).
 
-static __device__ __forceinline__ int4 gpu_ld16(const void *p) {
-    return *(const int4 *)p;
-}
-static __device__ __forceinline__ uint32_t gpu_ld_u16(const void *p) {
-    return *(const uint16_t *)p;
-}
-static __device__ __forceinline__ uint32_t gpu_ld_u32(const void *p) {
-    return *(const uint32_t *)p;
-}
+static __device__ __forceinline__ int4 gpu_ld16(const void *p) { return *(const int4 *)p; }
+static __device__ __forceinline__ uint32_t gpu_ld_u16(const void *p) { return *(const uint16_t *)p; }
+static __device__ __forceinline__ uint32_t gpu_ld_u32(const void *p) { return *(const uint32_t *)p; }
 // A 32-bit word at a 2-byte-aligned address.
 static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
     const uint16_t *q = (const uint16_t *)p;
@@ -83,9 +77,8 @@ static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
 // for t < n, when the row is live. Every thread of the block must call it
 // (it may synchronise the block).
 template <int TPR, int NT>
-static __device__ __forceinline__ void gpu_rows_sum_store(float (&acc)[NT], int lane, bool live,
-                                                          int n, int64_t row, int64_t rows,
-                                                          float *y) {
+static __device__ __forceinline__ void gpu_rows_sum_store(float (&acc)[NT], int lane, bool live, int n,
+                                                          int64_t row, int64_t rows, float *y) {
     constexpr int WIDTH = TPR < ST_WARP_SIZE ? TPR : ST_WARP_SIZE;
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = st_warp_sum_f32(acc[t], WIDTH);

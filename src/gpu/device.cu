@@ -34,9 +34,12 @@ const char *gpu_platform_name(void) { return ST_VENDOR_NAME; }
 
 const char *gpu_policy_name(enum gpu_policy p) {
     switch (p) {
-    case GPU_POLICY_VALIDATED: return "validated";
-    case GPU_POLICY_UNVALIDATED: return "unvalidated";
-    case GPU_POLICY_UNSUPPORTED: return "unsupported";
+    case GPU_POLICY_VALIDATED:
+        return "validated";
+    case GPU_POLICY_UNVALIDATED:
+        return "unvalidated";
+    case GPU_POLICY_UNSUPPORTED:
+        return "unsupported";
     }
     return "unknown";
 }
@@ -90,10 +93,9 @@ static void classify(const gpuDeviceProp &p, struct gpu_device_info *o) {
              "build/tests/test_ops checks every kernel on it");
 #else
     // the AMD targets the compat layer has native paths and a wave size for
-    static const char *const amd_known[] = {"gfx906",  "gfx908",  "gfx90a",  "gfx942",
-                                            "gfx950",  "gfx1030", "gfx1031", "gfx1032",
-                                            "gfx1100", "gfx1101", "gfx1102", "gfx1200",
-                                            "gfx1201"};
+    static const char *const amd_known[] = {"gfx906",  "gfx908",  "gfx90a",  "gfx942",  "gfx950",
+                                            "gfx1030", "gfx1031", "gfx1032", "gfx1100", "gfx1101",
+                                            "gfx1102", "gfx1200", "gfx1201"};
     o->vendor = GPU_VENDOR_AMD;
     o->policy = GPU_POLICY_UNSUPPORTED;
     snprintf(o->note, sizeof o->note,
@@ -194,8 +196,7 @@ int gpu_device_query(int index, struct gpu_device_info *o) {
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx,
-                    uint64_t scratch_bytes) {
+int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx, uint64_t scratch_bytes) {
     size_t fr = 0, tot = 0;
     if (GPU_CHECK(gpuSetDevice(device)) || GPU_CHECK(gpuMemGetInfo(&fr, &tot)))
         return st_fail("GPU %d: cannot read free memory", device);
@@ -210,8 +211,8 @@ int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_
     snprintf(what, sizeof what,
              "GPU %d needs %.2f GiB (weights %.2f GiB, KV cache for %d positions %.2f GiB, "
              "scratch %.2f GiB) but has %.2f GiB free beyond a %.2f GiB reserve",
-             device, gib(need), gib(weight_bytes), n_ctx, gib(kv_bytes), gib(scratch_bytes),
-             gib(avail), gib(reserve));
+             device, gib(need), gib(weight_bytes), n_ctx, gib(kv_bytes), gib(scratch_bytes), gib(avail),
+             gib(reserve));
     if (fixed >= avail || n_ctx < 1)
         return st_fail("%s: the weights alone do not fit; use a smaller quantization of the model, "
                        "or the CPU (--backend cpu)",
@@ -219,8 +220,7 @@ int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_
     const uint64_t per_pos = kv_bytes / (uint64_t)n_ctx;
     const uint64_t fit = per_pos ? (avail - fixed) / per_pos : (uint64_t)n_ctx;
     if (fit < 1)
-        return st_fail("%s: not even one position of KV cache fits; use the CPU (--backend cpu)",
-                       what);
-    return st_fail("%s: a context of %llu positions fits (-c %llu), or use the CPU (--backend cpu)",
-                   what, (unsigned long long)fit, (unsigned long long)fit);
+        return st_fail("%s: not even one position of KV cache fits; use the CPU (--backend cpu)", what);
+    return st_fail("%s: a context of %llu positions fits (-c %llu), or use the CPU (--backend cpu)", what,
+                   (unsigned long long)fit, (unsigned long long)fit);
 }

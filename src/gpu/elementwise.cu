@@ -18,8 +18,8 @@ static __device__ __forceinline__ float act_gelu(float v) {
 }
 
 template <int ACT>
-__global__ void __launch_bounds__(GPU_BLOCK) glu_kernel(const float *g, const float *u, float *out,
-                                                        int64_t total, int dim, int stride) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    glu_kernel(const float *g, const float *u, float *out, int64_t total, int dim, int stride) {
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK) {
         const int64_t r = i / dim, c = i % dim, src = r * stride + c;
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(GPU_BLOCK) softcap_kernel(float *x, int64_t n,
         x[i] = cap * tanhf(x[i] * inv);
 }
 
-__global__ void __launch_bounds__(GPU_BLOCK) add_bias_kernel(float *x, const float *b, int64_t total,
-                                                             int dim) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    add_bias_kernel(float *x, const float *b, int64_t total, int dim) {
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK)
         x[i] += b[i % dim];
@@ -59,12 +59,13 @@ static unsigned ew_grid(int64_t n) {
     return (unsigned)(g < 65536 ? g : 65536);
 }
 
-void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride,
-             gpuStream_t s) {
+void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride, gpuStream_t s) {
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return;
-    if (act == GLU_SILU) glu_kernel<GLU_SILU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
-    else glu_kernel<GLU_GELU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
+    if (act == GLU_SILU)
+        glu_kernel<GLU_SILU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
+    else
+        glu_kernel<GLU_GELU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
     GPU_CHECK_LAUNCH();
 }
 

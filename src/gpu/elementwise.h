@@ -7,8 +7,7 @@
 // out (n, dim) = act(g) · u over rows of g and u that start every `stride`
 // floats; act is an enum glu_act (SiLU or GELU, tanh form). out may be g when
 // stride = dim.
-void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride,
-             gpuStream_t s);
+void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride, gpuStream_t s);
 // x (n) += y
 void gpu_add(float *x, const float *y, int64_t n, gpuStream_t s);
 // x (n) *= v

@@ -29,33 +29,40 @@ __global__ void __launch_bounds__(GPU_BLOCK) get_rows_f_kernel(gpu_mat w, const 
     if (c >= w.cols) return;
     const int64_t row = tokens[blockIdx.y];
     float v;
-    if (T == GGML_TYPE_F32) v = ((const float *)w.bulk)[row * w.cols + c];
-    else if (T == GGML_TYPE_F16) v = gpu_h2f(((const uint16_t *)w.bulk)[row * w.cols + c]);
-    else v = gpu_bf2f(((const uint16_t *)w.bulk)[row * w.cols + c]);
+    if (T == GGML_TYPE_F32)
+        v = ((const float *)w.bulk)[row * w.cols + c];
+    else if (T == GGML_TYPE_F16)
+        v = gpu_h2f(((const uint16_t *)w.bulk)[row * w.cols + c]);
+    else
+        v = gpu_bf2f(((const uint16_t *)w.bulk)[row * w.cols + c]);
     out[(int64_t)blockIdx.y * w.cols + c] = v;
 }
 
 int gpu_get_rows(const gpu_mat &w, const int32_t *tokens, int n, float *out, gpuStream_t s) {
     if (n <= 0) return 0;
     switch (w.type) {
-#define F(T)                                                                                  \
-    {                                                                                         \
-        const int64_t items = w.cols / gpu_qt<T>::QK * gpu_qt<T>::QI;                         \
-        const dim3 grid((unsigned)gpu_cdiv(items, GPU_BLOCK), (unsigned)n);                   \
-        get_rows_q_kernel<T><<<grid, GPU_BLOCK, 0, s>>>(w, tokens, out);                      \
+#define F(T)                                                                                                 \
+    {                                                                                                        \
+        const int64_t items = w.cols / gpu_qt<T>::QK * gpu_qt<T>::QI;                                        \
+        const dim3 grid((unsigned)gpu_cdiv(items, GPU_BLOCK), (unsigned)n);                                  \
+        get_rows_q_kernel<T><<<grid, GPU_BLOCK, 0, s>>>(w, tokens, out);                                     \
     }
         GPU_QTYPE_CASES(F)
 #undef F
     case GGML_TYPE_F32:
-        get_rows_f_kernel<GGML_TYPE_F32><<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        get_rows_f_kernel<GGML_TYPE_F32>
+            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
         break;
     case GGML_TYPE_F16:
-        get_rows_f_kernel<GGML_TYPE_F16><<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        get_rows_f_kernel<GGML_TYPE_F16>
+            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
         break;
     case GGML_TYPE_BF16:
-        get_rows_f_kernel<GGML_TYPE_BF16><<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        get_rows_f_kernel<GGML_TYPE_BF16>
+            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
         break;
-    default: return -1;
+    default:
+        return -1;
     }
     GPU_CHECK_LAUNCH();
     return 0;

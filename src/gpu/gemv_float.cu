@@ -12,9 +12,7 @@
 template <int WT> struct gpu_wf;
 template <> struct gpu_wf<GGML_TYPE_F32> {
     static constexpr int ES = 4;
-    static __device__ __forceinline__ float one(const uint8_t *r, int64_t c) {
-        return ((const float *)r)[c];
-    }
+    static __device__ __forceinline__ float one(const uint8_t *r, int64_t c) { return ((const float *)r)[c]; }
     static __device__ __forceinline__ void eight(const uint8_t *r, int64_t c, float v[8]) {
         const float4 a = *(const float4 *)(r + 4 * c), b = *(const float4 *)(r + 4 * c + 16);
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -72,9 +70,8 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemv_kernel(gpu_mat w, const float 
                         if ((h == 0 || two) && (NT == 1 || t < n)) {
                             const float4 a = *(const float4 *)(x + t * cols + ch);
                             const float4 b = *(const float4 *)(x + t * cols + ch + 4);
-                            acc[t] += v[h][0] * a.x + v[h][1] * a.y + v[h][2] * a.z +
-                                      v[h][3] * a.w + v[h][4] * b.x + v[h][5] * b.y +
-                                      v[h][6] * b.z + v[h][7] * b.w;
+                            acc[t] += v[h][0] * a.x + v[h][1] * a.y + v[h][2] * a.z + v[h][3] * a.w +
+                                      v[h][4] * b.x + v[h][5] * b.y + v[h][6] * b.z + v[h][7] * b.w;
                         }
                 }
             }
@@ -146,8 +143,10 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemm_float_kernel(gpu_mat w, const 
 template <int WT, int TPR, int NT>
 static void gemv_launch(const gpu_mat &w, const float *x, float *y, int n, gpuStream_t s) {
     const unsigned grid = (unsigned)gpu_cdiv(w.rows, GPU_BLOCK / TPR);
-    if (w.cols % 8 == 0 && (uintptr_t)x % 16 == 0) gemv_kernel<WT, TPR, NT, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
-    else gemv_kernel<WT, TPR, NT, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    if (w.cols % 8 == 0 && (uintptr_t)x % 16 == 0)
+        gemv_kernel<WT, TPR, NT, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    else
+        gemv_kernel<WT, TPR, NT, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
     GPU_CHECK_LAUNCH();
 }
 
@@ -161,17 +160,31 @@ static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr,
     }
     if (n == 1) {
         switch (tpr) {
-        case 16: gemv_launch<WT, 16, 1>(w, x, y, n, s); return 0;
-        case 32: gemv_launch<WT, 32, 1>(w, x, y, n, s); return 0;
-        case 64: gemv_launch<WT, 64, 1>(w, x, y, n, s); return 0;
-        case 128: gemv_launch<WT, 128, 1>(w, x, y, n, s); return 0;
-        case 256: gemv_launch<WT, 256, 1>(w, x, y, n, s); return 0;
-        default: return -1;
+        case 16:
+            gemv_launch<WT, 16, 1>(w, x, y, n, s);
+            return 0;
+        case 32:
+            gemv_launch<WT, 32, 1>(w, x, y, n, s);
+            return 0;
+        case 64:
+            gemv_launch<WT, 64, 1>(w, x, y, n, s);
+            return 0;
+        case 128:
+            gemv_launch<WT, 128, 1>(w, x, y, n, s);
+            return 0;
+        case 256:
+            gemv_launch<WT, 256, 1>(w, x, y, n, s);
+            return 0;
+        default:
+            return -1;
         }
     }
-    if (n == 2) gemv_launch<WT, 32, 2>(w, x, y, n, s);
-    else if (n <= 4) gemv_launch<WT, 32, 4>(w, x, y, n, s);
-    else gemv_launch<WT, 32, 8>(w, x, y, n, s);
+    if (n == 2)
+        gemv_launch<WT, 32, 2>(w, x, y, n, s);
+    else if (n <= 4)
+        gemv_launch<WT, 32, 4>(w, x, y, n, s);
+    else
+        gemv_launch<WT, 32, 8>(w, x, y, n, s);
     return 0;
 }
 
@@ -180,8 +193,8 @@ static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr,
 #define ID_TPR 32 // compat-ok: threads per row, not a warp size
 template <int WT>
 __global__ void __launch_bounds__(GPU_BLOCK)
-    gemv_id_kernel(gpu_mat w, const float *x, float *y, const int32_t *ids, int k, int x_slots,
-                   int64_t rows, int n_exp) {
+    gemv_id_kernel(gpu_mat w, const float *x, float *y, const int32_t *ids, int k, int x_slots, int64_t rows,
+                   int n_exp) {
     using F = gpu_wf<WT>;
     const int pair = blockIdx.y, t = pair / k, slot = pair % k;
     const int e = ids[pair];
@@ -205,10 +218,17 @@ int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t 
     if (n < 1 || k < 1 || n_exp < 1 || w.rows % n_exp) return -1;
     const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / ID_TPR), (unsigned)(n * k));
     switch (w.type) {
-    case GGML_TYPE_F32: gemv_id_kernel<GGML_TYPE_F32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
-    case GGML_TYPE_F16: gemv_id_kernel<GGML_TYPE_F16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
-    case GGML_TYPE_BF16: gemv_id_kernel<GGML_TYPE_BF16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp); break;
-    default: return -1;
+    case GGML_TYPE_F32:
+        gemv_id_kernel<GGML_TYPE_F32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        break;
+    case GGML_TYPE_F16:
+        gemv_id_kernel<GGML_TYPE_F16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        break;
+    case GGML_TYPE_BF16:
+        gemv_id_kernel<GGML_TYPE_BF16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        break;
+    default:
+        return -1;
     }
     GPU_CHECK_LAUNCH();
     return 0;
@@ -217,9 +237,13 @@ int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t 
 int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s) {
     if (n < 1) return -1;
     switch (w.type) {
-    case GGML_TYPE_F32: return gemv_type<GGML_TYPE_F32>(w, x, y, n, tpr, s);
-    case GGML_TYPE_F16: return gemv_type<GGML_TYPE_F16>(w, x, y, n, tpr, s);
-    case GGML_TYPE_BF16: return gemv_type<GGML_TYPE_BF16>(w, x, y, n, tpr, s);
-    default: return -1;
+    case GGML_TYPE_F32:
+        return gemv_type<GGML_TYPE_F32>(w, x, y, n, tpr, s);
+    case GGML_TYPE_F16:
+        return gemv_type<GGML_TYPE_F16>(w, x, y, n, tpr, s);
+    case GGML_TYPE_BF16:
+        return gemv_type<GGML_TYPE_BF16>(w, x, y, n, tpr, s);
+    default:
+        return -1;
     }
 }

@@ -25,14 +25,14 @@ struct gpu_device_info {
     int index;
     char name[256];
     enum gpu_vendor vendor;
-    char arch[64];          // "sm_90", "gfx1100", "spirv64"
-    int warp_size;          // as the device reports it
-    int n_sm;               // multiprocessors / compute units
+    char arch[64]; // "sm_90", "gfx1100", "spirv64"
+    int warp_size; // as the device reports it
+    int n_sm;      // multiprocessors / compute units
     size_t l2_bytes;
     uint64_t total_bytes, free_bytes;
-    bool has_code;          // this binary holds kernels the device runs, of its warp size
+    bool has_code; // this binary holds kernels the device runs, of its warp size
     enum gpu_policy policy;
-    char note[320];         // why the policy is what it is, and what to do
+    char note[320]; // why the policy is what it is, and what to do
 };
 
 // "cuda", "hip" or "spirv": the platform this build's kernels target.
@@ -52,8 +52,7 @@ int gpu_device_query(int index, struct gpu_device_info *out);
 // positions (kv_bytes in all) and scratch fit in device's free memory minus a
 // reserve. Returns 0, or -1 with a message naming the bytes needed and free
 // and the largest context that fits, or that the weights alone do not.
-int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx,
-                    uint64_t scratch_bytes);
+int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx, uint64_t scratch_bytes);
 
 // --- backend -------------------------------------------------------------------------
 
@@ -85,7 +84,7 @@ int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps);
 // several copies of a matrix rotate through the cache; launched one by one on
 // the stream, or (graph) captured once as a graph and replayed, which shrinks
 // the gaps between kernels as a decode step run as a graph would. Returns 0, or -1.
-int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n,
-                     int reps, bool graph, double *seconds);
+int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n, int reps,
+                     bool graph, double *seconds);
 
 #endif

@@ -37,7 +37,7 @@ static thread_local char tl_error[1024];
 static thread_local int tl_error_set;
 
 extern "C" void gpu_record_error(const char *msg) {
-    st_fail("%s", msg); // also this thread's last error, for callers outside a backend
+    st_fail("%s", msg);       // also this thread's last error, for callers outside a backend
     if (tl_error_set) return; // the first failure explains the rest
     snprintf(tl_error, sizeof tl_error, "%s", msg);
     tl_error_set = 1;
@@ -48,11 +48,11 @@ extern "C" void gpu_record_error(const char *msg) {
 // A RoPE (cos, sin) table on the device: cap positions of rp.n_dims/2 pairs.
 #define GPU_ROPE_SLOTS 4
 struct gpu_rope_slot {
-    float2 *cs;          // NULL: free slot
+    float2 *cs; // NULL: free slot
     int cap;
     struct rope_params rp; // what it was built for (factors in ff)
-    float *ff;           // host copy of the frequency factors, or NULL
-    unsigned used;       // last use, for replacement
+    float *ff;             // host copy of the frequency factors, or NULL
+    unsigned used;         // last use, for replacement
 };
 
 struct gpu_be {
@@ -60,8 +60,8 @@ struct gpu_be {
     int device;
     int n_sm;
     gpuStream_t stream;
-    int tpr;             // threads per row of matrix × vector; 0: per matrix
-    void **bufs;         // every alloc and prepared weight, freed by free()
+    int tpr;     // threads per row of matrix × vector; 0: per matrix
+    void **bufs; // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
     // activations quantized for the integer products: qs (n, cols) then ds
     int8_t *q8;
@@ -70,9 +70,9 @@ struct gpu_be {
     int q8_n;
     int64_t q8_cols;
     bool q8_valid;
-    float *att_part;     // attention's partial results
+    float *att_part; // attention's partial results
     size_t att_cap;
-    float *bench_y;      // gpu_bench_matmul's output
+    float *bench_y; // gpu_bench_matmul's output
     size_t bench_y_cap;
     struct gpu_rope_slot rope[GPU_ROPE_SLOTS]; // RoPE tables by parameters
     unsigned rope_clock;
@@ -207,8 +207,8 @@ static void *gb_alloc(struct backend *be, size_t bytes) {
         (void)gpuGetLastError(); // an allocation failure is the caller's to handle, not sticky
         size_t fr = 0, tot = 0;
         (void)gpuMemGetInfo(&fr, &tot);
-        st_fail("GPU %d: cannot allocate %zu bytes (%zu free of %zu): %s", g->device, bytes, fr,
-                tot, gpuGetErrorString(e));
+        st_fail("GPU %d: cannot allocate %zu bytes (%zu free of %zu): %s", g->device, bytes, fr, tot,
+                gpuGetErrorString(e));
         return NULL;
     }
     g->q8_valid = false; // a new buffer may sit where the cached source was
@@ -251,9 +251,8 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
     struct gpu_qlayout l;
     const bool quantized = gpu_qlayout_of(w->type, &l) == 0;
     if (quantized && (w->cols % l.qk || w->row_bytes != (size_t)(w->cols / l.qk) * l.bytes))
-        return st_fail("weight %.*s: %lld columns of %s do not make rows of %zu bytes",
-                       w->name_len, wname(w), (long long)w->cols, quant_name(w->type),
-                       w->row_bytes);
+        return st_fail("weight %.*s: %lld columns of %s do not make rows of %zu bytes", w->name_len, wname(w),
+                       (long long)w->cols, quant_name(w->type), w->row_bytes);
     const int64_t rows = w->rows * (w->n_expert > 0 ? w->n_expert : 1); // experts stacked
     const size_t bytes = (size_t)rows * w->row_bytes;
     void *dev = gb_alloc(be, bytes);
@@ -269,8 +268,8 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
         if (GPU_CHECK(gpuMalloc(&stage, (size_t)chunk * l.bytes))) {
             gb_release(be, dev);
             tl_error_set = 0;
-            return st_fail("weight %.*s: cannot allocate its staging buffer: %s", w->name_len,
-                           wname(w), tl_error);
+            return st_fail("weight %.*s: cannot allocate its staging buffer: %s", w->name_len, wname(w),
+                           tl_error);
         }
         for (int64_t b0 = 0; b0 < total; b0 += chunk) {
             const int64_t nb = total - b0 < chunk ? total - b0 : chunk;
@@ -286,8 +285,7 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
         snprintf(msg, sizeof msg, "%s", tl_error);
         tl_error_set = 0;
         gb_release(be, dev);
-        return st_fail("weight %.*s: copying it to the GPU failed: %s", w->name_len, wname(w),
-                       msg);
+        return st_fail("weight %.*s: copying it to the GPU failed: %s", w->name_len, wname(w), msg);
     }
     wput(g, w->data, dev);
     return 0;
@@ -308,8 +306,7 @@ static void gb_release_weight(struct backend *be, const struct weight *w) {
 static void *on_device(struct gpu_be *g, const struct weight *w, const char *op) {
     void *dev = wdev(g, w);
     if (!dev)
-        op_fail(g, "%s: weight %.*s is not on the GPU (prepare_weight first)", op, w->name_len,
-                wname(w));
+        op_fail(g, "%s: weight %.*s is not on the GPU (prepare_weight first)", op, w->name_len, wname(w));
     return dev;
 }
 
@@ -325,15 +322,15 @@ static void gb_get_rows(struct backend *be, const struct weight *emb, const int3
     take_error(g);
 }
 
-static void gb_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out,
-                        int n, int dim, float eps) {
+static void gb_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out, int n,
+                        int dim, float eps) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     const void *dev = on_device(g, w, "rms_norm");
     if (!dev) return;
     if (w->type != GGML_TYPE_F32 || w->cols * w->rows != dim) {
-        op_fail(g, "rms_norm: weight %.*s is %s with %lld values, not F32 with %d", w->name_len,
-                wname(w), quant_name(w->type), (long long)(w->cols * w->rows), dim);
+        op_fail(g, "rms_norm: weight %.*s is %s with %lld values, not F32 with %d", w->name_len, wname(w),
+                quant_name(w->type), (long long)(w->cols * w->rows), dim);
         return;
     }
     gpu_rms_norm(x, (const float *)dev, out, n, dim, eps, g->stream);
@@ -364,8 +361,7 @@ static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t col
 static void written(struct gpu_be *g, const float *y, size_t n) {
     if (!g->q8_valid) return;
     const char *ys = (const char *)y, *ye = (const char *)(y + n);
-    const char *xs = (const char *)g->q8_src,
-               *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
+    const char *xs = (const char *)g->q8_src, *xe = (const char *)(g->q8_src + (size_t)g->q8_n * g->q8_cols);
     if (ys < xe && xs < ye) g->q8_valid = false;
 }
 
@@ -390,9 +386,8 @@ static void gb_matmul(struct backend *be, const struct weight *w, const float *x
     struct gpu_be *g = gb(be);
     if (!on_device(g, w, "matmul")) return;
     if (product(g, w, x, y, n))
-        op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported",
-                w->name_len, wname(w), quant_name(w->type), (long long)w->rows,
-                (long long)w->cols, n);
+        op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported", w->name_len,
+                wname(w), quant_name(w->type), (long long)w->rows, (long long)w->cols, n);
     written(g, y, (size_t)n * w->rows);
     take_error(g);
 }
@@ -401,8 +396,8 @@ static void gb_matmul(struct backend *be, const struct weight *w, const float *x
 static bool rope_same(const struct rope_params *a, const float *a_ff, const struct rope_params *b) {
     if (a->kind != b->kind || a->n_dims != b->n_dims || a->base != b->base ||
         a->freq_scale != b->freq_scale || a->ext_factor != b->ext_factor ||
-        a->attn_factor != b->attn_factor || a->beta_fast != b->beta_fast ||
-        a->beta_slow != b->beta_slow || a->n_ctx_orig != b->n_ctx_orig || !a_ff != !b->freq_factors)
+        a->attn_factor != b->attn_factor || a->beta_fast != b->beta_fast || a->beta_slow != b->beta_slow ||
+        a->n_ctx_orig != b->n_ctx_orig || !a_ff != !b->freq_factors)
         return false;
     return !a_ff || !memcmp(a_ff, b->freq_factors, sizeof(float) * (size_t)(a->n_dims / 2));
 }
@@ -441,8 +436,7 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
     free(slot->ff);
     memset(slot, 0, sizeof *slot);
     if (!GPU_CHECK(gpuMalloc((void **)&slot->cs, sizeof(float2) * (size_t)cap * half)) &&
-        !GPU_CHECK(gpuMemcpy(slot->cs, host, sizeof(float2) * (size_t)cap * half,
-                             gpuMemcpyHostToDevice))) {
+        !GPU_CHECK(gpuMemcpy(slot->cs, host, sizeof(float2) * (size_t)cap * half, gpuMemcpyHostToDevice))) {
         slot->cap = cap;
         slot->rp = *rp;
         slot->rp.freq_factors = NULL; // ff holds them
@@ -462,20 +456,19 @@ static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_di
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim || pos0 < 0) {
-        op_fail(g, "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
+        op_fail(g,
+                "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
                 "head_dim), or position %d is negative",
                 rp->n_dims, head_dim, pos0);
         return;
     }
     const float2 *cs = rope_table(g, rp, pos0 + n);
-    if (cs)
-        gpu_rope(x, cs, n, n_head, head_dim, rp->n_dims, pos0, rp->kind == ROPE_KIND_NEOX,
-                 g->stream);
+    if (cs) gpu_rope(x, cs, n, n_head, head_dim, rp->n_dims, pos0, rp->kind == ROPE_KIND_NEOX, g->stream);
     take_error(g);
 }
 
-static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k,
-                        const float *v, int n, int pos0, int kv_dim) {
+static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                        int n, int pos0, int kv_dim) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     const size_t off = (size_t)pos0 * kv_dim, bytes = sizeof(float) * (size_t)n * kv_dim;
@@ -484,24 +477,25 @@ static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, cons
     take_error(g);
 }
 
-static void gb_attention(struct backend *be, const float *q, const float *k_cache,
-                         const float *v_cache, float *out, int n, int pos0, int n_head,
-                         int n_head_kv, int head_dim, const struct attn_params *ap) {
+static void gb_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+                         float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                         const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     const int splits = gpu_attention_splits(n, pos0, n_head, g->n_sm);
     const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
     if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
-    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim,
-                      splits, *ap, g->stream))
-        op_fail(g, "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
+    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim, splits,
+                      *ap, g->stream))
+        op_fail(g,
+                "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
                 head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
     take_error(g);
 }
 
-static void gb_glu(struct backend *be, enum glu_act act, const float *gt, const float *u,
-                   float *out, int n, int dim, int stride) {
+static void gb_glu(struct backend *be, enum glu_act act, const float *gt, const float *u, float *out, int n,
+                   int dim, int stride) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     gpu_glu(act, gt, u, out, n, dim, stride, g->stream);
@@ -514,8 +508,8 @@ static void gb_add_bias(struct backend *be, const struct weight *b, float *x, in
     const void *dev = on_device(g, b, "add_bias");
     if (!dev) return;
     if (b->type != GGML_TYPE_F32 || b->cols * b->rows != dim) {
-        op_fail(g, "add_bias: bias %.*s is %s with %lld values, not F32 with %d", b->name_len,
-                wname(b), quant_name(b->type), (long long)(b->cols * b->rows), dim);
+        op_fail(g, "add_bias: bias %.*s is %s with %lld values, not F32 with %d", b->name_len, wname(b),
+                quant_name(b->type), (long long)(b->cols * b->rows), dim);
         return;
     }
     gpu_add_bias(x, (const float *)dev, n, dim, g->stream);
@@ -536,8 +530,8 @@ static void gb_softcap(struct backend *be, float *x, int64_t n, float cap) {
     take_error(g);
 }
 
-static void gb_moe_route(struct backend *be, const float *logits, int n,
-                         const struct moe_params *mp, int32_t *ids, float *weights) {
+static void gb_moe_route(struct backend *be, const float *logits, int n, const struct moe_params *mp,
+                         int32_t *ids, float *weights) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     if (gpu_moe_route(logits, n, *mp, ids, weights, g->stream))
@@ -561,15 +555,14 @@ static void gb_matmul_id(struct backend *be, const struct weight *w, const float
         rc = gpu_mmvq_id(m, q, y, ids, n, k, x_slots, w->n_expert, g->stream);
     }
     if (rc)
-        op_fail(g, "matmul_id: expert weight %.*s (%s, %d x %lld x %lld) is not supported",
-                w->name_len, wname(w), quant_name(w->type), w->n_expert, (long long)w->rows,
-                (long long)w->cols);
+        op_fail(g, "matmul_id: expert weight %.*s (%s, %d x %lld x %lld) is not supported", w->name_len,
+                wname(w), quant_name(w->type), w->n_expert, (long long)w->rows, (long long)w->cols);
     written(g, y, (size_t)n * k * w->rows);
     take_error(g);
 }
 
-static void gb_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k,
-                           int dim, float *out) {
+static void gb_moe_combine(struct backend *be, const float *y, const float *weights, int n, int k, int dim,
+                           float *out) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     gpu_moe_combine(y, weights, n, k, dim, out, g->stream);
@@ -688,13 +681,12 @@ void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out)
 int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps) {
     struct gpu_be *g = gb(be);
     if (gpu_read_bandwidth(bytes, reps, g->n_sm, g->stream, gbps))
-        return take_error(g), st_fail("read-bandwidth benchmark over %zu bytes failed: %s", bytes,
-                                      g->error);
+        return take_error(g), st_fail("read-bandwidth benchmark over %zu bytes failed: %s", bytes, g->error);
     return 0;
 }
 
-int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n,
-                     int reps, bool graph, double *seconds) {
+int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n, int reps,
+                     bool graph, double *seconds) {
     struct gpu_be *g = gb(be);
     if (n_ws < 1 || reps < 1 || n < 1) return st_fail("bench: nothing to time");
     int64_t rows = 0;
@@ -716,8 +708,7 @@ int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, con
         if (GPU_CHECK(gpuStreamBeginCapture(g->stream, gpuStreamCaptureModeRelaxed))) rc = -1;
         for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
         if (GPU_CHECK(gpuStreamEndCapture(g->stream, &gr)) ||
-            GPU_CHECK(gpuGraphInstantiateWithFlags(&ge, gr, 0)) ||
-            GPU_CHECK(gpuGraphLaunch(ge, g->stream)))
+            GPU_CHECK(gpuGraphInstantiateWithFlags(&ge, gr, 0)) || GPU_CHECK(gpuGraphLaunch(ge, g->stream)))
             rc = -1;
     }
     double *ms = (double *)malloc(sizeof(double) * (size_t)reps);

@@ -18,7 +18,8 @@
 #define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
 
 template <int T>
-__global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2)) mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
+    mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
     using Q = gpu_qt<T>;
     constexpr int G = Q::PAIRED ? 32 : 16; // elements sharing one weight (d, m)
     constexpr int NG = MMQ_BK / G;         // groups per step
@@ -147,9 +148,12 @@ template <int T> static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float
 int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
     if (n < 1 || x.cols != w.cols) return -1;
     switch (w.type) {
-#define F(T) mmq_launch<T>(w, x, y, n, s); return 0
+#define F(T)                                                                                                 \
+    mmq_launch<T>(w, x, y, n, s);                                                                            \
+    return 0
         GPU_QTYPE_CASES(F)
 #undef F
-    default: return -1;
+    default:
+        return -1;
     }
 }

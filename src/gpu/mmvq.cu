@@ -43,8 +43,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, fl
             gpu_load_item<Q>(w, row, it, c);
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (NT == 1 || t < n)
-                    acc[t] += gpu_chunk_dot<Q>(c, x.qs + t * x.cols, x.ds + t * xblocks);
+                if (NT == 1 || t < n) acc[t] += gpu_chunk_dot<Q>(c, x.qs + t * x.cols, x.ds + t * xblocks);
         }
     }
     gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y);
@@ -61,18 +60,33 @@ template <int T>
 static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s) {
     if (n == 1) {
         switch (tpr) {
-        case 16: mmvq_launch<T, 16, 1>(w, x, y, n, s); return 0;
-        case 32: mmvq_launch<T, 32, 1>(w, x, y, n, s); return 0;
-        case 64: mmvq_launch<T, 64, 1>(w, x, y, n, s); return 0;
-        case 128: mmvq_launch<T, 128, 1>(w, x, y, n, s); return 0;
-        case 256: mmvq_launch<T, 256, 1>(w, x, y, n, s); return 0;
-        default: return -1;
+        case 16:
+            mmvq_launch<T, 16, 1>(w, x, y, n, s);
+            return 0;
+        case 32:
+            mmvq_launch<T, 32, 1>(w, x, y, n, s);
+            return 0;
+        case 64:
+            mmvq_launch<T, 64, 1>(w, x, y, n, s);
+            return 0;
+        case 128:
+            mmvq_launch<T, 128, 1>(w, x, y, n, s);
+            return 0;
+        case 256:
+            mmvq_launch<T, 256, 1>(w, x, y, n, s);
+            return 0;
+        default:
+            return -1;
         }
     }
-    if (n == 2) mmvq_launch<T, 32, 2>(w, x, y, n, s);
-    else if (n <= 4) mmvq_launch<T, 32, 4>(w, x, y, n, s);
-    else if (n <= GPU_MMVQ_MAX_TOKENS) mmvq_launch<T, 32, 8>(w, x, y, n, s);
-    else return -1;
+    if (n == 2)
+        mmvq_launch<T, 32, 2>(w, x, y, n, s);
+    else if (n <= 4)
+        mmvq_launch<T, 32, 4>(w, x, y, n, s);
+    else if (n <= GPU_MMVQ_MAX_TOKENS)
+        mmvq_launch<T, 32, 8>(w, x, y, n, s);
+    else
+        return -1;
     return 0;
 }
 
@@ -80,9 +94,8 @@ static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr
 // pair (blockIdx.y), with the expert's rows (e·rows .. of the stacked
 // matrix) and the pair's activation row. An expert id out of range gives NaN.
 template <int T, int TPR>
-__global__ void __launch_bounds__(GPU_BLOCK)
-    mmvq_id_kernel(gpu_mat w, gpu_q8 x, float *y, const int32_t *ids, int k, int x_slots,
-                   int64_t rows, int n_exp) {
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_id_kernel(gpu_mat w, gpu_q8 x, float *y, const int32_t *ids,
+                                                            int k, int x_slots, int64_t rows, int n_exp) {
     using Q = gpu_qt<T>;
     const int pair = blockIdx.y, t = pair / k, slot = pair % k;
     const int e = ids[pair];
@@ -106,19 +119,20 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows);
 }
 
-int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k,
-                int x_slots, int n_exp, gpuStream_t s) {
+int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k, int x_slots,
+                int n_exp, gpuStream_t s) {
     const int64_t rows = w.rows / n_exp;
     if (n < 1 || k < 1 || n_exp < 1 || w.rows % n_exp || x.cols != w.cols) return -1;
     const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / 32), (unsigned)(n * k));
     switch (w.type) {
-#define F(T)                                                                                      \
-    mmvq_id_kernel<T, 32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);      \
-    GPU_CHECK_LAUNCH();                                                                           \
+#define F(T)                                                                                                 \
+    mmvq_id_kernel<T, 32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);                 \
+    GPU_CHECK_LAUNCH();                                                                                      \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -127,7 +141,8 @@ int gpu_mmvq_items_per_row(int type, int64_t cols) {
 #define F(T) return (int)(cols / gpu_qt<T>::QK * gpu_qt<T>::QI)
         GPU_QTYPE_CASES(F)
 #undef F
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -146,6 +161,7 @@ int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStr
 #define F(T) return mmvq_type<T>(w, x, y, n, tpr, s)
         GPU_QTYPE_CASES(F)
 #undef F
-    default: return -1;
+    default:
+        return -1;
     }
 }

@@ -16,8 +16,8 @@ int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStr
 // (w.rows = n_exp · rows); y (n, k, rows), pair (t, s) the product of expert
 // ids[t·k + s] with activation row t·x_slots + (x_slots > 1 ? s : 0) of x.
 // Returns 0 once enqueued, -1 for what it does not take.
-int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k,
-                int x_slots, int n_exp, gpuStream_t s);
+int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k, int x_slots,
+                int n_exp, gpuStream_t s);
 
 // Weight chunks per row of a quantized type (the unit a thread takes), -1 if unknown.
 int gpu_mmvq_items_per_row(int type, int64_t cols);

@@ -19,7 +19,8 @@ static __device__ void block_argmax(float &v, int &i, float *sv, int *si) {
     }
     const int warps = MOE_THREADS / ST_WARP_SIZE;
     __syncthreads();
-    if (threadIdx.x % ST_WARP_SIZE == 0) sv[threadIdx.x / ST_WARP_SIZE] = v, si[threadIdx.x / ST_WARP_SIZE] = i;
+    if (threadIdx.x % ST_WARP_SIZE == 0)
+        sv[threadIdx.x / ST_WARP_SIZE] = v, si[threadIdx.x / ST_WARP_SIZE] = i;
     __syncthreads();
     v = sv[0];
     i = si[0];
@@ -40,8 +41,8 @@ static __device__ float block_reduce(float v, int op, float *sv) {
 }
 
 __global__ void __launch_bounds__(MOE_THREADS)
-    moe_route_kernel(const float *logits, int ne, int k, int sigmoid, int norm, float scale,
-                     int32_t *ids, float *weights) {
+    moe_route_kernel(const float *logits, int ne, int k, int sigmoid, int norm, float scale, int32_t *ids,
+                     float *weights) {
     extern __shared__ float g[]; // [ne] gate values, then [ne] logits not yet taken
     __shared__ float sv[MOE_THREADS / 32];
     __shared__ int si[MOE_THREADS / 32];
@@ -97,26 +98,23 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     }
 }
 
-int gpu_moe_route(const float *logits, int n, const struct moe_params &mp, int32_t *ids,
-                  float *weights, gpuStream_t s) {
-    if (mp.n_expert < 1 || mp.n_expert > GPU_MOE_MAX_EXPERTS || mp.n_used < 1 ||
-        mp.n_used > mp.n_expert)
+int gpu_moe_route(const float *logits, int n, const struct moe_params &mp, int32_t *ids, float *weights,
+                  gpuStream_t s) {
+    if (mp.n_expert < 1 || mp.n_expert > GPU_MOE_MAX_EXPERTS || mp.n_used < 1 || mp.n_used > mp.n_expert)
         return -1;
     if (n <= 0) return 0;
     const size_t shared = sizeof(float) * 2 * (size_t)mp.n_expert;
     moe_route_kernel<<<(unsigned)n, MOE_THREADS, shared, s>>>(
-        logits, mp.n_expert, mp.n_used, mp.gating == MOE_GATING_SIGMOID, mp.norm, mp.scale, ids,
-        weights);
+        logits, mp.n_expert, mp.n_used, mp.gating == MOE_GATING_SIGMOID, mp.norm, mp.scale, ids, weights);
     GPU_CHECK_LAUNCH();
     return 0;
 }
 
-void gpu_moe_combine(const float *y, const float *weights, int n, int k, int dim, float *out,
-                     gpuStream_t s) {
+void gpu_moe_combine(const float *y, const float *weights, int n, int k, int dim, float *out, gpuStream_t s) {
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return;
     const int64_t g = gpu_cdiv(total, GPU_BLOCK);
-    moe_combine_kernel<<<(unsigned)(g < 65536 ? g : 65536), GPU_BLOCK, 0, s>>>(y, weights, k, dim,
-                                                                               out, total);
+    moe_combine_kernel<<<(unsigned)(g < 65536 ? g : 65536), GPU_BLOCK, 0, s>>>(y, weights, k, dim, out,
+                                                                               total);
     GPU_CHECK_LAUNCH();
 }

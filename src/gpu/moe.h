@@ -9,10 +9,9 @@
 
 // ids, weights (n, mp.n_used): backend.h's moe_route. Returns 0 once enqueued,
 // -1 for an expert count out of range (nothing enqueued).
-int gpu_moe_route(const float *logits, int n, const struct moe_params &mp, int32_t *ids,
-                  float *weights, gpuStream_t s);
+int gpu_moe_route(const float *logits, int n, const struct moe_params &mp, int32_t *ids, float *weights,
+                  gpuStream_t s);
 // out (n, dim) = Σ_s weights[t·k + s] · y (t, s, :); out may be y when k = 1.
-void gpu_moe_combine(const float *y, const float *weights, int n, int k, int dim, float *out,
-                     gpuStream_t s);
+void gpu_moe_combine(const float *y, const float *weights, int n, int k, int dim, float *out, gpuStream_t s);
 
 #endif

@@ -4,8 +4,8 @@
 
 #include "norm.h"
 
-__global__ void __launch_bounds__(GPU_BLOCK) rms_norm_kernel(const float *x, const float *w,
-                                                             float *out, int dim, float eps) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    rms_norm_kernel(const float *x, const float *w, float *out, int dim, float eps) {
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *orow = out + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -20,8 +20,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) rms_norm_kernel(const float *x, con
     for (int i = threadIdx.x; i < dim; i += GPU_BLOCK) orow[i] = xr[i] * scale * w[i];
 }
 
-void gpu_rms_norm(const float *x, const float *w, float *out, int n, int dim, float eps,
-                  gpuStream_t s) {
+void gpu_rms_norm(const float *x, const float *w, float *out, int n, int dim, float eps, gpuStream_t s) {
     if (n <= 0) return;
     rms_norm_kernel<<<(unsigned)n, GPU_BLOCK, 0, s>>>(x, w, out, dim, eps);
     GPU_CHECK_LAUNCH();

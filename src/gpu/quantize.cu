@@ -11,8 +11,10 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (live) {
         const float *p = x + blk * 32 + sub * 4;
-        if (aligned) v = *(const float4 *)p;
-        else v = make_float4(p[0], p[1], p[2], p[3]);
+        if (aligned)
+            v = *(const float4 *)p;
+        else
+            v = make_float4(p[0], p[1], p[2], p[3]);
     }
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     amax = st_warp_max_f32(amax, 8);
@@ -22,8 +24,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     const int q2 = (int)roundf(v.z * id), q3 = (int)roundf(v.w * id);
     const int sum = st_warp_sum_i32(q0 + q1 + q2 + q3, 8);
     if (live) {
-        *(uint32_t *)(qs + blk * 32 + sub * 4) = (uint32_t)(q0 & 0xff) |
-                                                 ((uint32_t)(q1 & 0xff) << 8) |
+        *(uint32_t *)(qs + blk * 32 + sub * 4) = (uint32_t)(q0 & 0xff) | ((uint32_t)(q1 & 0xff) << 8) |
                                                  ((uint32_t)(q2 & 0xff) << 16) |
                                                  ((uint32_t)(q3 & 0xff) << 24);
         if (sub == 0) ds[blk] = make_float2(d, d * (float)sum);

@@ -18,10 +18,10 @@
 #include "common.h"
 
 template <int R> struct gpu_chunk {
-    int q[R][4];  // 16 int8 per run, four to an int, element order
+    int q[R][4]; // 16 int8 per run, four to an int, element order
     float d[R];
     float m[R];
-    int e[R];     // first element of the run within the row
+    int e[R]; // first element of the run within the row
 };
 
 // Per-byte v - k for bytes v in [0, 127], k < 128, without borrows between bytes.
@@ -47,8 +47,8 @@ static __device__ __forceinline__ uint32_t gpu_spread4(uint32_t b) {
 
 // Q4_K/Q5_K 6-bit scale and min of sub-block s from the 12 scale bytes a|b|c.
 // Without branches: neighbouring lanes decode different sub-blocks.
-static __device__ __forceinline__ void gpu_k4_scale_min(uint32_t a, uint32_t b, uint32_t c, int s,
-                                                        float &sc, float &mn) {
+static __device__ __forceinline__ void gpu_k4_scale_min(uint32_t a, uint32_t b, uint32_t c, int s, float &sc,
+                                                        float &mn) {
     const int t = 8 * (s & 3);
     const uint32_t ba = (a >> t) & 0xFF, bb = (b >> t) & 0xFF, bc = (c >> t) & 0xFF;
     const bool hi = s >= 4;
@@ -60,9 +60,9 @@ template <int T> struct gpu_qt;
 
 // Arguments of every load: the matrix, the block's index in the whole matrix,
 // the chunk within the block, and the block's first element within its row.
-#define GPU_QT_LOAD                                                                         \
-    static __device__ __forceinline__ void load(const gpu_mat &w, int64_t blk, int ci,   \
-                                                int e0, gpu_chunk<R> &c)
+#define GPU_QT_LOAD                                                                                          \
+    static __device__ __forceinline__ void load(const gpu_mat &w, int64_t blk, int ci, int e0,               \
+                                                gpu_chunk<R> &c)
 
 template <> struct gpu_qt<GGML_TYPE_Q4_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
@@ -228,8 +228,7 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
             const int bit = 4 * n + j;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const uint32_t q = ((u[i] >> (2 * j)) & 0x03030303u) |
-                                   (((hm[i] >> bit) & 0x01010101u) << 2);
+                const uint32_t q = ((u[i] >> (2 * j)) & 0x03030303u) | (((hm[i] >> bit) & 0x01010101u) << 2);
                 c.q[j][i] = gpu_sub_bytes(q, 0x04040404u);
             }
             // 6-bit scale k = 8n + 2j + h: low 4 bits in byte (2j + h) % 8 (high nibble
@@ -296,10 +295,8 @@ template <> struct gpu_qt<GGML_TYPE_Q5_K> {
         for (int i = 0; i < 4; i++) {
             c.q[0][i] = (int)((u0[i] & 0x0F0F0F0Fu) | (((g0[i] >> (2 * j)) & 0x01010101u) << 4));
             c.q[1][i] = (int)((u1[i] & 0x0F0F0F0Fu) | (((g1[i] >> (2 * j)) & 0x01010101u) << 4));
-            c.q[2][i] = (int)(((u0[i] >> 4) & 0x0F0F0F0Fu) |
-                              (((g0[i] >> (2 * j + 1)) & 0x01010101u) << 4));
-            c.q[3][i] = (int)(((u1[i] >> 4) & 0x0F0F0F0Fu) |
-                              (((g1[i] >> (2 * j + 1)) & 0x01010101u) << 4));
+            c.q[2][i] = (int)(((u0[i] >> 4) & 0x0F0F0F0Fu) | (((g0[i] >> (2 * j + 1)) & 0x01010101u) << 4));
+            c.q[3][i] = (int)(((u1[i] >> 4) & 0x0F0F0F0Fu) | (((g1[i] >> (2 * j + 1)) & 0x01010101u) << 4));
         }
         float sc, mn;
         gpu_k4_scale_min((uint32_t)r.y, (uint32_t)r.z, (uint32_t)r.w, 2 * j, sc, mn);
@@ -334,8 +331,7 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t lo = (ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g)) & 0x03030303u) << 4);
-            const uint32_t hi =
-                ((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g + 4)) & 0x03030303u) << 4);
+            const uint32_t hi = ((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g + 4)) & 0x03030303u) << 4);
             c.q[0][i] = gpu_sub_bytes(lo, 0x20202020u);
             c.q[1][i] = gpu_sub_bytes(hi, 0x20202020u);
         }
@@ -424,18 +420,42 @@ static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, 
 
 // Instantiates F<type> for the quantized weight types the GPU computes with,
 // as the cases of a switch over an enum ggml_type.
-#define GPU_QTYPE_CASES(F)                                                                    \
-    case GGML_TYPE_Q4_0: F(GGML_TYPE_Q4_0); break;                                            \
-    case GGML_TYPE_Q4_1: F(GGML_TYPE_Q4_1); break;                                            \
-    case GGML_TYPE_Q5_0: F(GGML_TYPE_Q5_0); break;                                            \
-    case GGML_TYPE_Q5_1: F(GGML_TYPE_Q5_1); break;                                            \
-    case GGML_TYPE_Q8_0: F(GGML_TYPE_Q8_0); break;                                            \
-    case GGML_TYPE_Q2_K: F(GGML_TYPE_Q2_K); break;                                            \
-    case GGML_TYPE_Q3_K: F(GGML_TYPE_Q3_K); break;                                            \
-    case GGML_TYPE_Q4_K: F(GGML_TYPE_Q4_K); break;                                            \
-    case GGML_TYPE_Q5_K: F(GGML_TYPE_Q5_K); break;                                            \
-    case GGML_TYPE_Q6_K: F(GGML_TYPE_Q6_K); break;                                            \
-    case GGML_TYPE_IQ4_NL: F(GGML_TYPE_IQ4_NL); break;                                        \
-    case GGML_TYPE_IQ4_XS: F(GGML_TYPE_IQ4_XS); break;
+#define GPU_QTYPE_CASES(F)                                                                                   \
+    case GGML_TYPE_Q4_0:                                                                                     \
+        F(GGML_TYPE_Q4_0);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q4_1:                                                                                     \
+        F(GGML_TYPE_Q4_1);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q5_0:                                                                                     \
+        F(GGML_TYPE_Q5_0);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q5_1:                                                                                     \
+        F(GGML_TYPE_Q5_1);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q8_0:                                                                                     \
+        F(GGML_TYPE_Q8_0);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q2_K:                                                                                     \
+        F(GGML_TYPE_Q2_K);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q3_K:                                                                                     \
+        F(GGML_TYPE_Q3_K);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q4_K:                                                                                     \
+        F(GGML_TYPE_Q4_K);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q5_K:                                                                                     \
+        F(GGML_TYPE_Q5_K);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_Q6_K:                                                                                     \
+        F(GGML_TYPE_Q6_K);                                                                                   \
+        break;                                                                                               \
+    case GGML_TYPE_IQ4_NL:                                                                                   \
+        F(GGML_TYPE_IQ4_NL);                                                                                 \
+        break;                                                                                               \
+    case GGML_TYPE_IQ4_XS:                                                                                   \
+        F(GGML_TYPE_IQ4_XS);                                                                                 \
+        break;
 
 #endif

@@ -7,13 +7,13 @@
 
 int gpu_qlayout_of(int type, struct gpu_qlayout *out) {
     switch (type) {
-#define F(T)                                                                                  \
-    *out = {gpu_qt<T>::QK, gpu_qt<T>::BYTES, gpu_qt<T>::BULK_OFF, gpu_qt<T>::BULK,             \
-            gpu_qt<T>::REST};                                                                 \
+#define F(T)                                                                                                 \
+    *out = {gpu_qt<T>::QK, gpu_qt<T>::BYTES, gpu_qt<T>::BULK_OFF, gpu_qt<T>::BULK, gpu_qt<T>::REST};         \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -36,8 +36,8 @@ gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev) {
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK)
-    repack_kernel(uint8_t *bulk, uint8_t *rest, const uint8_t *src, int64_t first_blk,
-                  int64_t n_blocks, int bytes, int bulk_off, int bulk_n, int rest_n) {
+    repack_kernel(uint8_t *bulk, uint8_t *rest, const uint8_t *src, int64_t first_blk, int64_t n_blocks,
+                  int bytes, int bulk_off, int bulk_n, int rest_n) {
     const int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (i >= n_blocks) return;
     const uint8_t *b = src + i * bytes;
@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     for (int k = bulk_off + bulk_n; k < bytes; k++) orr[k - bulk_n] = b[k];
 }
 
-void gpu_repack(int type, int64_t rows, int64_t cols, void *dev, const void *src,
-                int64_t first_blk, int64_t n_blocks, gpuStream_t s) {
+void gpu_repack(int type, int64_t rows, int64_t cols, void *dev, const void *src, int64_t first_blk,
+                int64_t n_blocks, gpuStream_t s) {
     struct gpu_qlayout l;
     if (gpu_qlayout_of(type, &l) != 0 || n_blocks <= 0) return;
     uint8_t *bulk = (uint8_t *)dev;

@@ -8,8 +8,8 @@
 // range [bulk_off, bulk_off + bulk) and the rest's size. Returns 0, or -1 when
 // the GPU does not compute with type.
 struct gpu_qlayout {
-    int qk;         // elements per block
-    int bytes;      // bytes per block in the file
+    int qk;    // elements per block
+    int bytes; // bytes per block in the file
     int bulk_off, bulk, rest;
 };
 int gpu_qlayout_of(int type, struct gpu_qlayout *out);
@@ -23,7 +23,7 @@ gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev);
 // Converts n_blocks consecutive blocks src (file layout, device memory) whose
 // first is block first_blk of the matrix at dev (device layout, rows*cols
 // elements) into dev's bulk and rest arrays. Enqueued on s.
-void gpu_repack(int type, int64_t rows, int64_t cols, void *dev, const void *src,
-                int64_t first_blk, int64_t n_blocks, gpuStream_t s);
+void gpu_repack(int type, int64_t rows, int64_t cols, void *dev, const void *src, int64_t first_blk,
+                int64_t n_blocks, gpuStream_t s);
 
 #endif

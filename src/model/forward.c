@@ -31,9 +31,24 @@ static int prepare_one(void *be, const struct weight *w) {
 // The scratch buffers of a context, in bytes each; context_init allocates
 // exactly these and context_scratch_bytes adds them up, so the memory plan and
 // the allocation cannot disagree.
-enum { SCRATCH_TOKENS, SCRATCH_X, SCRATCH_XB, SCRATCH_XB2, SCRATCH_Q, SCRATCH_K, SCRATCH_V,
-       SCRATCH_ATT, SCRATCH_HB, SCRATCH_HB2, SCRATCH_MOE_LOGITS, SCRATCH_MOE_IDS, SCRATCH_MOE_W,
-       SCRATCH_MOE_Y, SCRATCH_LOGITS, N_SCRATCH };
+enum {
+    SCRATCH_TOKENS,
+    SCRATCH_X,
+    SCRATCH_XB,
+    SCRATCH_XB2,
+    SCRATCH_Q,
+    SCRATCH_K,
+    SCRATCH_V,
+    SCRATCH_ATT,
+    SCRATCH_HB,
+    SCRATCH_HB2,
+    SCRATCH_MOE_LOGITS,
+    SCRATCH_MOE_IDS,
+    SCRATCH_MOE_W,
+    SCRATCH_MOE_Y,
+    SCRATCH_LOGITS,
+    N_SCRATCH
+};
 
 static void scratch_sizes(const struct model *m, int n_batch, size_t sz[N_SCRATCH]) {
     const struct model_hparams *hp = &m->hp;
@@ -108,19 +123,19 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
     }
     size_t sz[N_SCRATCH];
     scratch_sizes(m, n_batch, sz);
-    void **bufs[N_SCRATCH] = {
-        (void **)&c->tokens,     (void **)&c->x,       (void **)&c->xb,      (void **)&c->xb2,
-        (void **)&c->q,          (void **)&c->k,       (void **)&c->v,       (void **)&c->att,
-        (void **)&c->hb,         (void **)&c->hb2,     (void **)&c->moe_logits,
-        (void **)&c->moe_ids,    (void **)&c->moe_w,   (void **)&c->moe_y,   (void **)&c->logits};
+    void **bufs[N_SCRATCH] = {(void **)&c->tokens, (void **)&c->x,          (void **)&c->xb,
+                              (void **)&c->xb2,    (void **)&c->q,          (void **)&c->k,
+                              (void **)&c->v,      (void **)&c->att,        (void **)&c->hb,
+                              (void **)&c->hb2,    (void **)&c->moe_logits, (void **)&c->moe_ids,
+                              (void **)&c->moe_w,  (void **)&c->moe_y,      (void **)&c->logits};
     for (int i = 0; i < N_SCRATCH; i++) *bufs[i] = balloc(c, sz[i], &failed);
     c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history);
     if (failed) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_last_error());
         context_free(c);
-        return st_fail("allocating the context (%d positions, batch %d) on %s: %s", n_ctx,
-                       n_batch, be->name, msg);
+        return st_fail("allocating the context (%d positions, batch %d) on %s: %s", n_ctx, n_batch, be->name,
+                       msg);
     }
     *out = c;
     return 0;
@@ -133,9 +148,8 @@ void context_free(struct context *c) {
         if (c->k_cache[l]) be->release(be, c->k_cache[l]);
         if (c->v_cache[l]) be->release(be, c->v_cache[l]);
     }
-    void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,
-                    c->v,      c->att, c->hb,         c->hb2,     c->moe_logits, c->moe_ids,
-                    c->moe_w,  c->moe_y, c->logits};
+    void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,     c->v,     c->att,
+                    c->hb,     c->hb2, c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->release(be, bufs[i]);
     free(c->k_cache);
@@ -147,8 +161,8 @@ void context_free(struct context *c) {
 // --- the pass ----------------------------------------------------------------------
 
 // y (n, w.rows) = x·wᵀ [+ b]
-static void linear(struct backend *be, const struct weight *w, const struct weight *b,
-                   const float *x, float *y, int n) {
+static void linear(struct backend *be, const struct weight *w, const struct weight *b, const float *x,
+                   float *y, int n) {
     be->matmul(be, w, x, y, n);
     if (weight_present(b)) be->add_bias(be, b, y, n, (int)w->rows);
 }
@@ -182,8 +196,8 @@ static void ffn_experts(struct context *c, const struct layer_weights *L, int n)
     const struct moe_params mp = {hp->n_expert, k, hp->moe_gating, hp->moe_norm, hp->moe_scale};
     be->matmul(be, &L->gate_inp, c->xb, c->moe_logits, n);
     be->moe_route(be, c->moe_logits, n, &mp, c->moe_ids, c->moe_w);
-    be->matmul_id(be, &L->gate_exps, c->xb, 1, c->moe_ids, k, c->hb, n);   // (n, k, F)
-    be->matmul_id(be, &L->up_exps, c->xb, 1, c->moe_ids, k, c->hb2, n);    // (n, k, F)
+    be->matmul_id(be, &L->gate_exps, c->xb, 1, c->moe_ids, k, c->hb, n); // (n, k, F)
+    be->matmul_id(be, &L->up_exps, c->xb, 1, c->moe_ids, k, c->hb2, n);  // (n, k, F)
     be->glu(be, hp->act, c->hb, c->hb2, c->hb, n * k, F, F);
     be->matmul_id(be, &L->down_exps, c->hb, k, c->moe_ids, k, c->moe_y, n); // (n, k, E)
     be->moe_combine(be, c->moe_y, c->moe_w, n, k, E, c->xb);
@@ -198,8 +212,8 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
     if (n < 1 || n > c->n_batch)
         return st_fail("forward: %d tokens, but a batch holds 1 to %d", n, c->n_batch);
     if (pos0 < 0 || pos0 + n > c->n_ctx)
-        return st_fail("forward: positions %d..%d do not fit the context of %d", pos0,
-                       pos0 + n - 1, c->n_ctx);
+        return st_fail("forward: positions %d..%d do not fit the context of %d", pos0, pos0 + n - 1,
+                       c->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return st_fail("forward: token id %d is outside the vocabulary (0..%d)", tokens[i],
@@ -226,16 +240,18 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
         be->rope(be, c->q, n, hp->n_head, hd, pos0, rp);
         be->rope(be, c->k, n, hp->n_head_kv, hd, pos0, rp);
         be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, n, pos0, kv_dim);
-        be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, n, pos0, hp->n_head,
-                      hp->n_head_kv, hd, &c->attn[L->swa]);
+        be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, n, pos0, hp->n_head, hp->n_head_kv, hd,
+                      &c->attn[L->swa]);
         linear(be, &L->wo, &L->bo, c->att, c->xb, n);
         if (weight_present(&L->attn_post_norm))
             be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
         // feed-forward block
         be->rms_norm(be, &L->ffn_norm, c->x, c->xb, n, E, hp->norm_eps);
-        if (weight_present(&L->gate_inp)) ffn_experts(c, L, n);
-        else ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, c->xb, n);
+        if (weight_present(&L->gate_inp))
+            ffn_experts(c, L, n);
+        else
+            ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, c->xb, n);
         if (weight_present(&L->ffn_post_norm))
             be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
@@ -262,8 +278,7 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
     return 0;
 }
 
-int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0,
-                           float *hidden) {
+int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0, float *hidden) {
     c->hidden_out = hidden;
     int rc = context_forward(c, tokens, n, pos0, NULL, false);
     c->hidden_out = NULL;
@@ -274,8 +289,8 @@ int context_eval(struct context *c, const int32_t *tokens, int n, float *logits,
     return context_eval_cancellable(c, tokens, n, logits, n_reused, NULL, NULL);
 }
 
-int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits,
-                             int *n_reused, context_cancel_fn cancel, void *user) {
+int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused,
+                             context_cancel_fn cancel, void *user) {
     if (n < 1) return st_fail("nothing to evaluate: the prompt has no tokens");
     if (n > c->n_ctx)
         return st_fail("%d tokens do not fit the context of %d positions; use a larger -c or a "

@@ -11,33 +11,33 @@
 #include "model/model.h"
 
 struct context {
-    struct model *model;  // borrowed
-    struct backend *be;   // borrowed
-    int n_ctx;            // positions the KV cache holds
-    int n_batch;          // tokens one forward call takes at most
+    struct model *model; // borrowed
+    struct backend *be;  // borrowed
+    int n_ctx;           // positions the KV cache holds
+    int n_batch;         // tokens one forward call takes at most
     // per layer kind: [0] global layers, [1] sliding-window layers
     struct rope_params rope[2]; // LongRoPE factors chosen for n_ctx
     struct attn_params attn[2];
-    float **k_cache;      // [n_layer] backend buffers (n_ctx, n_head_kv*head_dim)
-    float **v_cache;      // [n_layer] same
+    float **k_cache; // [n_layer] backend buffers (n_ctx, n_head_kv*head_dim)
+    float **v_cache; // [n_layer] same
     // scratch, backend buffers
-    int32_t *tokens;      // (n_batch)
-    float *x;             // (n_batch, n_embd) residual stream
-    float *xb;            // (n_batch, n_embd) normed input / block output
-    float *xb2;           // (n_batch, n_embd) shared expert's output
-    float *q;             // (n_batch, n_head*head_dim)
-    float *k, *v;         // (n_batch, n_head_kv*head_dim)
-    float *att;           // (n_batch, n_head*head_dim)
-    float *hb, *hb2;      // (n_batch, n_hidden): n_ff, n_used·n_ff_exp or n_ff_shexp wide
-    float *moe_logits;    // (n_batch, n_expert) router logits
-    int32_t *moe_ids;     // (n_batch, n_used) chosen experts
-    float *moe_w;         // (n_batch, n_used) their weights
-    float *moe_y;         // (n_batch, n_used, n_embd) each expert's output
-    float *logits;        // (n_batch, n_vocab)
+    int32_t *tokens;   // (n_batch)
+    float *x;          // (n_batch, n_embd) residual stream
+    float *xb;         // (n_batch, n_embd) normed input / block output
+    float *xb2;        // (n_batch, n_embd) shared expert's output
+    float *q;          // (n_batch, n_head*head_dim)
+    float *k, *v;      // (n_batch, n_head_kv*head_dim)
+    float *att;        // (n_batch, n_head*head_dim)
+    float *hb, *hb2;   // (n_batch, n_hidden): n_ff, n_used·n_ff_exp or n_ff_shexp wide
+    float *moe_logits; // (n_batch, n_expert) router logits
+    int32_t *moe_ids;  // (n_batch, n_used) chosen experts
+    float *moe_w;      // (n_batch, n_used) their weights
+    float *moe_y;      // (n_batch, n_used, n_embd) each expert's output
+    float *logits;     // (n_batch, n_vocab)
     // What the KV cache holds: tokens at positions 0 .. n_past-1.
-    int32_t *history;     // [n_ctx] host
+    int32_t *history; // [n_ctx] host
     int n_past;
-    float *hidden_out;    // host (n, n_embd), or NULL: see context_forward_hidden
+    float *hidden_out; // host (n, n_embd), or NULL: see context_forward_hidden
 };
 
 // Allocates the KV cache for n_ctx positions and scratch for n_batch tokens on
@@ -69,13 +69,12 @@ typedef int (*context_cancel_fn)(void *user);
 // forward passes. Returns 0 when done, 1 when cancelled (the cache then holds
 // a valid prefix of tokens, n_past says how much, and logits are not
 // written), or -1 with a message.
-int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits,
-                             int *n_reused, context_cancel_fn cancel, void *user);
+int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused,
+                             context_cancel_fn cancel, void *user);
 
 // context_forward that writes the final normed hidden states of all n tokens,
 // (n, n_embd), to host memory instead of logits (for embeddings). The KV cache
 // is filled exactly as by context_forward. Returns 0 or -1 with a message.
-int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0,
-                           float *hidden);
+int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0, float *hidden);
 
 #endif

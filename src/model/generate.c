@@ -6,14 +6,14 @@
 #include "text/tokenizer.h"
 #include "util.h"
 
-int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
-             int n_predict, gen_token_fn on_token, void *user, struct gen_stats *stats) {
+int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+             gen_token_fn on_token, void *user, struct gen_stats *stats) {
     const struct gen_hooks h = {.on_token = on_token, .user = user};
     return generate_hooked(c, s, prompt, n_prompt, n_predict, &h, stats);
 }
 
-int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
-                    int n_predict, const struct gen_hooks *h, struct gen_stats *stats) {
+int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+                    const struct gen_hooks *h, struct gen_stats *stats) {
     gen_token_fn on_token = h->on_token;
     void *user = h->user;
     struct gen_stats st = {.n_prompt = n_prompt, .stop_reason = GEN_STOP_LENGTH};

@@ -9,19 +9,19 @@
 #include "text/sampler.h"
 
 struct gen_stats {
-    int n_prompt;     // prompt tokens
-    int n_reused;     // of which came from the KV cache
-    int n_gen;        // tokens generated
-    double t_prompt;  // seconds evaluating the prompt
-    double t_gen;     // seconds generating (sampling + forward)
-    int stop_reason;  // GEN_STOP_*
+    int n_prompt;    // prompt tokens
+    int n_reused;    // of which came from the KV cache
+    int n_gen;       // tokens generated
+    double t_prompt; // seconds evaluating the prompt
+    double t_gen;    // seconds generating (sampling + forward)
+    int stop_reason; // GEN_STOP_*
 };
 
 enum {
-    GEN_STOP_EOG,      // the model ended its turn
-    GEN_STOP_LENGTH,   // n_predict tokens were made
-    GEN_STOP_CONTEXT,  // the context is full
-    GEN_STOP_CALLER,   // the callback asked to stop
+    GEN_STOP_EOG,     // the model ended its turn
+    GEN_STOP_LENGTH,  // n_predict tokens were made
+    GEN_STOP_CONTEXT, // the context is full
+    GEN_STOP_CALLER,  // the callback asked to stop
 };
 
 // Called with each generated token and its text; returns 0 to continue,
@@ -33,8 +33,8 @@ typedef int (*gen_token_fn)(void *user, int32_t id, const char *piece, size_t le
 // calling on_token for each one that is not an end-of-generation token. Prompt
 // tokens are fed to the sampler's repetition history. Returns 0 and fills
 // *stats, or -1 with a message.
-int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
-             int n_predict, gen_token_fn on_token, void *user, struct gen_stats *stats);
+int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+             gen_token_fn on_token, void *user, struct gen_stats *stats);
 
 // What a caller may hook into a generation (every member may be NULL).
 struct gen_hooks {
@@ -49,7 +49,7 @@ struct gen_hooks {
 
 // generate() with hooks: a long prompt can be stopped between two chunks of
 // n_batch tokens, and the logits can be read or changed before each draw.
-int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt,
-                    int n_predict, const struct gen_hooks *hooks, struct gen_stats *stats);
+int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+                    const struct gen_hooks *hooks, struct gen_stats *stats);
 
 #endif

@@ -27,8 +27,8 @@ static int read_int(const struct model *m, const char *suffix, int64_t def, int6
         const struct gguf_array *a = &kv->value.v.arr;
         if (!a->data || a->count == 0 || a->type == GGUF_VTYPE_FLOAT32 || a->type == GGUF_VTYPE_FLOAT64 ||
             a->type == GGUF_VTYPE_BOOL)
-            return st_fail("%s: metadata '%s' is an array of %s; whole numbers expected",
-                           m->gguf->path, key, gguf_vtype_name(a->type));
+            return st_fail("%s: metadata '%s' is an array of %s; whole numbers expected", m->gguf->path, key,
+                           gguf_vtype_name(a->type));
         v = gguf_array_int(a, 0);
         for (uint64_t i = 1; i < a->count; i++)
             if (gguf_array_int(a, i) != v)
@@ -53,16 +53,14 @@ static int read_int(const struct model *m, const char *suffix, int64_t def, int6
     return 0;
 }
 
-static int read_float(const struct model *m, const char *suffix, float def, bool required,
-                      float *out) {
+static int read_float(const struct model *m, const char *suffix, float def, bool required, float *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", m->hp.arch, suffix);
     float v;
     int rc = gguf_get_f32(m->gguf, key, &v);
     if (rc < 0) return st_fail("%s: %s", m->gguf->path, st_last_error());
     if (rc == 1) {
-        if (required)
-            return st_fail("%s: required metadata key '%s' is missing", m->gguf->path, key);
+        if (required) return st_fail("%s: required metadata key '%s' is missing", m->gguf->path, key);
         v = def;
     }
     if (!isfinite(v) || v > 1e30f || v < -1e30f)
@@ -96,8 +94,7 @@ static int load_rope(struct model *m) {
     rp->beta_slow = 1.0f;
     if (read_int(m, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &rp->n_dims) ||
         read_float(m, "rope.freq_base", 10000.0f, false, &rp->base) ||
-        read_int(m, "rope.scaling.original_context_length", hp->n_ctx_train, 1, 1 << 24,
-                 &rp->n_ctx_orig) ||
+        read_int(m, "rope.scaling.original_context_length", hp->n_ctx_train, 1, 1 << 24, &rp->n_ctx_orig) ||
         read_float(m, "rope.scaling.attn_factor", 1.0f, false, &rp->attn_factor))
         return -1;
     if (rp->n_dims % 2) return st_fail("%s: rope.dimension_count %d is odd", path, rp->n_dims);
@@ -163,10 +160,9 @@ static int load_hparams(struct model *m) {
         read_int(m, "expert_count", 0, 0, 1024, &hp->n_expert))
         return -1;
     if (hp->n_expert > 0 && !(ad->flags & ARCH_EXPERTS))
-        return st_fail("%s: %s.expert_count is %d but %s has no expert layers", path, hp->arch,
-                       hp->n_expert, hp->arch);
-    if (read_int(m, "feed_forward_length", hp->n_expert ? 0 : -1, hp->n_expert ? 0 : 1, 4 * big,
-                 &hp->n_ff))
+        return st_fail("%s: %s.expert_count is %d but %s has no expert layers", path, hp->arch, hp->n_expert,
+                       hp->arch);
+    if (read_int(m, "feed_forward_length", hp->n_expert ? 0 : -1, hp->n_expert ? 0 : 1, 4 * big, &hp->n_ff))
         return -1;
     if (hp->n_head % hp->n_head_kv)
         return st_fail("%s: head_count %d is not a multiple of head_count_kv %d", path, hp->n_head,
@@ -174,21 +170,19 @@ static int load_hparams(struct model *m) {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.key_length", hp->arch);
     if (hp->n_embd % hp->n_head && !gguf_find(m->gguf, key))
-        return st_fail("%s: embedding_length %d is not a multiple of head_count %d", path,
-                       hp->n_embd, hp->n_head);
-    if (read_int(m, "attention.key_length", hp->n_embd / hp->n_head, 2, 4096, &hp->head_dim))
-        return -1;
+        return st_fail("%s: embedding_length %d is not a multiple of head_count %d", path, hp->n_embd,
+                       hp->n_head);
+    if (read_int(m, "attention.key_length", hp->n_embd / hp->n_head, 2, 4096, &hp->head_dim)) return -1;
     int v_dim;
     if (read_int(m, "attention.value_length", hp->head_dim, 1, 4096, &v_dim)) return -1;
     if (v_dim != hp->head_dim)
-        return st_fail("%s: attention.value_length %d differs from key_length %d; not supported",
-                       path, v_dim, hp->head_dim);
+        return st_fail("%s: attention.value_length %d differs from key_length %d; not supported", path, v_dim,
+                       hp->head_dim);
     if (hp->head_dim % 2)
         return st_fail("%s: head dimension %d is odd; RoPE needs pairs", path, hp->head_dim);
 
     if (read_float(m, "attention.layer_norm_rms_epsilon", 0, true, &hp->norm_eps)) return -1;
-    if (!(hp->norm_eps >= 0))
-        return st_fail("%s: layer_norm_rms_epsilon %g is negative", path, hp->norm_eps);
+    if (!(hp->norm_eps >= 0)) return st_fail("%s: layer_norm_rms_epsilon %g is negative", path, hp->norm_eps);
 
     // attention scale, soft-caps, sliding window
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -214,8 +208,8 @@ static int load_hparams(struct model *m) {
     if (hp->n_expert > 0) {
         if (read_int(m, "expert_used_count", -1, 1, hp->n_expert, &hp->n_expert_used) ||
             read_int(m, "expert_feed_forward_length",
-                     ad->moe_ff_split && hp->n_ff ? hp->n_ff / hp->n_expert_used : hp->n_ff, 1,
-                     4 * big, &hp->n_ff_exp))
+                     ad->moe_ff_split && hp->n_ff ? hp->n_ff / hp->n_expert_used : hp->n_ff, 1, 4 * big,
+                     &hp->n_ff_exp))
             return -1;
         if ((ad->flags & ARCH_SHARED_EXPERT) &&
             read_int(m, "expert_shared_feed_forward_length", hp->n_ff, 1, 4 * big, &hp->n_ff_shexp))
@@ -237,20 +231,20 @@ enum find_flags {
 
 // Finds tensor `name` and checks it is (cols), (cols, rows) or, with n_exp >
 // 0, (cols, rows, n_exp) of a supported type.
-static int find_weight(const struct model *m, const char *name, int64_t cols, int64_t rows,
-                       int n_exp, int flags, struct weight *w) {
+static int find_weight(const struct model *m, const char *name, int64_t cols, int64_t rows, int n_exp,
+                       int flags, struct weight *w) {
     memset(w, 0, sizeof *w);
     const char *path = m->gguf->path;
     const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (flags & FIND_OPTIONAL) return 1;
-        return st_fail("%s: required tensor '%s' is missing; the file is not a complete %s model",
-                       path, name, m->hp.arch);
+        return st_fail("%s: required tensor '%s' is missing; the file is not a complete %s model", path, name,
+                       m->hp.arch);
     }
     const struct quant_traits *qt = quant_get(t->type);
     if (!qt || !qt->supported)
-        return st_fail("%s: tensor '%s' has type %s, which Strata does not support yet", path,
-                       name, quant_name(t->type));
+        return st_fail("%s: tensor '%s' has type %s, which Strata does not support yet", path, name,
+                       quant_name(t->type));
     const int64_t want[3] = {cols, rows, n_exp > 0 ? n_exp : 1};
     const uint32_t want_dims = n_exp > 0 ? 3 : (rows > 1 ? 2 : 1);
     bool ok = t->n_dims <= (want_dims > 1 ? want_dims : 2);
@@ -264,15 +258,15 @@ static int find_weight(const struct model *m, const char *name, int64_t cols, in
             snprintf(got_s, sizeof got_s, "%" PRId64 ", %" PRId64, t->ne[0], t->ne[1]);
             snprintf(want_s, sizeof want_s, "%" PRId64 ", %" PRId64, want[0], want[1]);
         }
-        return st_fail("%s: tensor '%s' has shape [%s], expected [%s] from the metadata", path,
-                       name, got_s, want_s);
+        return st_fail("%s: tensor '%s' has shape [%s], expected [%s] from the metadata", path, name, got_s,
+                       want_s);
     }
     if ((flags & FIND_F32) && t->type != GGML_TYPE_F32)
-        return st_fail("%s: tensor '%s' has type %s; norm weights and biases must be F32", path,
-                       name, quant_name(t->type));
+        return st_fail("%s: tensor '%s' has type %s; norm weights and biases must be F32", path, name,
+                       quant_name(t->type));
     if (!(flags & FIND_F32) && !qt->vec_dot)
-        return st_fail("%s: tensor '%s' has type %s, which is not usable as a weight matrix", path,
-                       name, quant_name(t->type));
+        return st_fail("%s: tensor '%s' has type %s, which is not usable as a weight matrix", path, name,
+                       quant_name(t->type));
     w->name = t->name.data;
     w->name_len = (int)t->name.len;
     w->type = t->type;
@@ -312,16 +306,16 @@ static int load_attention(struct model *m, int l, struct layer_weights *L) {
                   kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     char name[96];
     struct weight qkv;
-    int rc = find_weight(m, blk(name, sizeof name, l, "attn_qkv", "weight"), E, q_dim + 2 * kv_dim,
-                         0, FIND_OPTIONAL, &qkv);
+    int rc = find_weight(m, blk(name, sizeof name, l, "attn_qkv", "weight"), E, q_dim + 2 * kv_dim, 0,
+                         FIND_OPTIONAL, &qkv);
     if (rc < 0) return -1;
     if (rc == 0) { // fused: the rows are q, then k, then v
         L->wq = weight_rows(&qkv, 0, q_dim);
         L->wk = weight_rows(&qkv, q_dim, kv_dim);
         L->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
         struct weight b;
-        rc = find_weight(m, blk(name, sizeof name, l, "attn_qkv", "bias"), q_dim + 2 * kv_dim, 1,
-                         0, FIND_F32 | FIND_OPTIONAL, &b);
+        rc = find_weight(m, blk(name, sizeof name, l, "attn_qkv", "bias"), q_dim + 2 * kv_dim, 1, 0,
+                         FIND_F32 | FIND_OPTIONAL, &b);
         if (rc < 0) return -1;
         if (rc == 0) {
             L->bq = weight_rows(&b, 0, q_dim);
@@ -349,14 +343,13 @@ static int load_ffn(struct model *m, int l, struct layer_weights *L) {
     char name[96];
     if (hp->n_expert > 0) {
         const int ne = hp->n_expert;
-        if (find_weight(m, blk(name, sizeof name, l, "ffn_gate_inp", "weight"), E, ne, 0, 0,
-                        &L->gate_inp) ||
-            find_weight(m, blk(name, sizeof name, l, "ffn_gate_exps", "weight"), E, hp->n_ff_exp,
-                        ne, 0, &L->gate_exps) ||
-            find_weight(m, blk(name, sizeof name, l, "ffn_up_exps", "weight"), E, hp->n_ff_exp, ne,
-                        0, &L->up_exps) ||
-            find_weight(m, blk(name, sizeof name, l, "ffn_down_exps", "weight"), hp->n_ff_exp, E,
-                        ne, 0, &L->down_exps))
+        if (find_weight(m, blk(name, sizeof name, l, "ffn_gate_inp", "weight"), E, ne, 0, 0, &L->gate_inp) ||
+            find_weight(m, blk(name, sizeof name, l, "ffn_gate_exps", "weight"), E, hp->n_ff_exp, ne, 0,
+                        &L->gate_exps) ||
+            find_weight(m, blk(name, sizeof name, l, "ffn_up_exps", "weight"), E, hp->n_ff_exp, ne, 0,
+                        &L->up_exps) ||
+            find_weight(m, blk(name, sizeof name, l, "ffn_down_exps", "weight"), hp->n_ff_exp, E, ne, 0,
+                        &L->down_exps))
             return -1;
         if (hp->n_ff_shexp > 0) {
             const int64_t fs = hp->n_ff_shexp;
@@ -375,14 +368,13 @@ static int load_ffn(struct model *m, int l, struct layer_weights *L) {
     const int64_t F = hp->n_ff;
     if (m->arch->flags & ARCH_FUSED_GATE_UP) {
         struct weight gu;
-        int rc = find_weight(m, blk(name, sizeof name, l, "ffn_up", "weight"), E, 2 * F, 0,
-                             FIND_OPTIONAL, &gu);
+        int rc =
+            find_weight(m, blk(name, sizeof name, l, "ffn_up", "weight"), E, 2 * F, 0, FIND_OPTIONAL, &gu);
         if (rc < 0) return -1;
         if (rc == 0) { // the gate's rows, then the up rows
             L->w_gate = weight_rows(&gu, 0, F);
             L->w_up = weight_rows(&gu, F, F);
-            return find_weight(m, blk(name, sizeof name, l, "ffn_down", "weight"), F, E, 0, 0,
-                               &L->w_down);
+            return find_weight(m, blk(name, sizeof name, l, "ffn_down", "weight"), F, E, 0, 0, &L->w_down);
         }
     }
     if (find_weight(m, blk(name, sizeof name, l, "ffn_gate", "weight"), E, F, 0, 0, &L->w_gate) ||
@@ -399,20 +391,18 @@ static int load_layer(struct model *m, int l, struct layer_weights *L) {
     char name[96];
     const int post = FIND_F32 | (fl & ARCH_POST_NORMS ? 0 : FIND_OPTIONAL);
     const int qk = FIND_F32 | (fl & ARCH_QK_NORM ? 0 : FIND_OPTIONAL);
-    if (find_weight(m, blk(name, sizeof name, l, "attn_norm", "weight"), E, 1, 0, FIND_F32,
-                    &L->attn_norm) ||
+    if (find_weight(m, blk(name, sizeof name, l, "attn_norm", "weight"), E, 1, 0, FIND_F32, &L->attn_norm) ||
         load_attention(m, l, L) ||
         find_weight(m, blk(name, sizeof name, l, "attn_q_norm", "weight"), hp->head_dim, 1, 0, qk,
                     &L->q_norm) < 0 ||
         find_weight(m, blk(name, sizeof name, l, "attn_k_norm", "weight"), hp->head_dim, 1, 0, qk,
                     &L->k_norm) < 0 ||
         find_weight(m, blk(name, sizeof name, l, "attn_output", "weight"), q_dim, E, 0, 0, &L->wo) ||
-        find_weight(m, blk(name, sizeof name, l, "attn_output", "bias"), E, 1, 0,
-                    FIND_F32 | FIND_OPTIONAL, &L->bo) < 0 ||
+        find_weight(m, blk(name, sizeof name, l, "attn_output", "bias"), E, 1, 0, FIND_F32 | FIND_OPTIONAL,
+                    &L->bo) < 0 ||
         find_weight(m, blk(name, sizeof name, l, "post_attention_norm", "weight"), E, 1, 0, post,
                     &L->attn_post_norm) < 0 ||
-        find_weight(m, blk(name, sizeof name, l, "ffn_norm", "weight"), E, 1, 0, FIND_F32,
-                    &L->ffn_norm) ||
+        find_weight(m, blk(name, sizeof name, l, "ffn_norm", "weight"), E, 1, 0, FIND_F32, &L->ffn_norm) ||
         load_ffn(m, l, L) ||
         find_weight(m, blk(name, sizeof name, l, "post_ffw_norm", "weight"), E, 1, 0, post,
                     &L->ffn_post_norm) < 0)
@@ -433,14 +423,13 @@ static int load_swa_layers(struct model *m) {
     if (kv && kv->value.type == GGUF_VTYPE_ARRAY) {
         const struct gguf_array *a = &kv->value.v.arr;
         if (a->type != GGUF_VTYPE_BOOL || a->count != (uint64_t)hp->n_layer)
-            return st_fail("%s: %s must hold one bool per layer (%d), not %" PRIu64 " of %s",
-                           m->gguf->path, key, hp->n_layer, a->count, gguf_vtype_name(a->type));
+            return st_fail("%s: %s must hold one bool per layer (%d), not %" PRIu64 " of %s", m->gguf->path,
+                           key, hp->n_layer, a->count, gguf_vtype_name(a->type));
         for (int l = 0; l < hp->n_layer; l++) m->layers[l].swa = gguf_array_int(a, (uint64_t)l) != 0;
         return 0;
     }
     int period;
-    if (read_int(m, "attention.sliding_window_pattern", m->arch->swa_period, 0, 1 << 20, &period))
-        return -1;
+    if (read_int(m, "attention.sliding_window_pattern", m->arch->swa_period, 0, 1 << 20, &period)) return -1;
     for (int l = 0; l < hp->n_layer; l++) m->layers[l].swa = arch_layer_swa(period, l);
     return 0;
 }
@@ -456,8 +445,7 @@ static int load_factors(const struct model *m, const char *name, int n, float **
     memcpy(*out, w.data, sizeof(float) * (size_t)n);
     for (int i = 0; i < n; i++)
         if (!((*out)[i] > 0) || !isfinite((*out)[i]))
-            return st_fail("%s: %s[%d] = %g must be a positive number", m->gguf->path, name, i,
-                           (*out)[i]);
+            return st_fail("%s: %s[%d] = %g must be a positive number", m->gguf->path, name, i, (*out)[i]);
     return 0;
 }
 
@@ -474,8 +462,8 @@ static int load_weights(struct model *m) {
     int meta_vocab;
     if (read_int(m, "vocab_size", n_vocab, 1, 1 << 24, &meta_vocab)) return -1;
     if (meta_vocab != n_vocab)
-        return st_fail("%s: %s.vocab_size is %d but the vocabulary has %d tokens", path, hp->arch,
-                       meta_vocab, n_vocab);
+        return st_fail("%s: %s.vocab_size is %d but the vocabulary has %d tokens", path, hp->arch, meta_vocab,
+                       n_vocab);
     hp->n_vocab = n_vocab;
 
     if (find_weight(m, "token_embd.weight", hp->n_embd, n_vocab, 0, 0, &m->tok_embd) ||
@@ -488,8 +476,7 @@ static int load_weights(struct model *m) {
     }
     m->tied_output = rc == 1;
     if (m->tied_output) m->output = m->tok_embd;
-    if (find_weight(m, "output.bias", n_vocab, 1, 0, FIND_F32 | FIND_OPTIONAL, &m->output_b) < 0)
-        return -1;
+    if (find_weight(m, "output.bias", n_vocab, 1, 0, FIND_F32 | FIND_OPTIONAL, &m->output_b) < 0) return -1;
 
     m->layers = st_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
     for (int l = 0; l < hp->n_layer; l++)
@@ -562,10 +549,9 @@ uint64_t model_kv_bytes(const struct model *m, int n_ctx) {
            (uint64_t)m->hp.head_dim * sizeof(float);
 }
 
-int model_for_each_weight(const struct model *m, int (*fn)(void *user, const struct weight *w),
-                          void *user) {
+int model_for_each_weight(const struct model *m, int (*fn)(void *user, const struct weight *w), void *user) {
     int rc;
-#define W(w)                                                                                      \
+#define W(w)                                                                                                 \
     if (weight_present(w) && (rc = fn(user, w))) return rc;
     W(&m->tok_embd);
     W(&m->output_norm);
@@ -574,11 +560,11 @@ int model_for_each_weight(const struct model *m, int (*fn)(void *user, const str
     for (int l = 0; l < m->hp.n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
         const struct weight *ws[] = {
-            &L->attn_norm,  &L->wq,         &L->bq,        &L->wk,          &L->bk,
-            &L->wv,         &L->bv,         &L->q_norm,    &L->k_norm,      &L->wo,
-            &L->bo,         &L->attn_post_norm, &L->ffn_norm, &L->w_gate,   &L->w_up,
-            &L->w_down,     &L->gate_inp,   &L->gate_exps, &L->up_exps,     &L->down_exps,
-            &L->gate_shexp, &L->up_shexp,   &L->down_shexp, &L->gate_inp_shexp, &L->ffn_post_norm};
+            &L->attn_norm,    &L->wq,        &L->bq,         &L->wk,       &L->bk,         &L->wv,
+            &L->bv,           &L->q_norm,    &L->k_norm,     &L->wo,       &L->bo,         &L->attn_post_norm,
+            &L->ffn_norm,     &L->w_gate,    &L->w_up,       &L->w_down,   &L->gate_inp,   &L->gate_exps,
+            &L->up_exps,      &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp,
+            &L->ffn_post_norm};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) W(ws[i]);
     }
 #undef W

@@ -56,8 +56,7 @@ double ppl_nll_row(const float *logits, int n_vocab, int32_t tok, uint16_t *row)
         for (int i = 0; i < n_vocab; i++) {
             // rintf: round to nearest, ties to even, as llama.cpp's nearest_int
             // does; the value is at most 65535 plus a rounding error
-            q[i] = logits[i] > min_logit ? (uint16_t)(int)rintf(inv_scale * (logits[i] - min_logit))
-                                         : 0;
+            q[i] = logits[i] > min_logit ? (uint16_t)(int)rintf(inv_scale * (logits[i] - min_logit)) : 0;
         }
     } else {
         memset(q, 0, sizeof(uint16_t) * (size_t)n_vocab);
@@ -128,8 +127,8 @@ double ppl_kld_position(const float *logits, int n_vocab, const uint16_t *base_r
 // a * b into *out; false on overflow of int64.
 static bool mul_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
 
-int ppl_kld_file_create(const char *path, int n_ctx, int n_vocab, int n_chunk,
-                        const int32_t *tokens, struct ppl_kld_file *kf) {
+int ppl_kld_file_create(const char *path, int n_ctx, int n_vocab, int n_chunk, const int32_t *tokens,
+                        struct ppl_kld_file *kf) {
     memset(kf, 0, sizeof *kf);
     ST_ASSERT(n_ctx >= PPL_MIN_CTX && n_vocab > 0 && n_chunk > 0);
     FILE *f = fopen(path, "wb");
@@ -176,8 +175,8 @@ int ppl_kld_file_open(const char *path, struct ppl_kld_file *kf) {
                        path);
     }
     const int n_ctx = head[0], n_vocab = head[1], n_chunk = head[2];
-    if (n_ctx < PPL_MIN_CTX || n_ctx > (1 << 24) || n_vocab < 1 || n_vocab > (1 << 24) ||
-        n_chunk < 1 || n_chunk > (1 << 24)) {
+    if (n_ctx < PPL_MIN_CTX || n_ctx > (1 << 24) || n_vocab < 1 || n_vocab > (1 << 24) || n_chunk < 1 ||
+        n_chunk > (1 << 24)) {
         fclose(f);
         return st_fail("%s: header n_ctx %d, n_vocab %d, n_chunk %d is not a sane KL-divergence "
                        "file (n_ctx %d..%d, n_vocab and n_chunk 1..%d)",
@@ -213,8 +212,8 @@ int ppl_kld_file_open(const char *path, struct ppl_kld_file *kf) {
             const int bad = tokens[i];
             free(tokens);
             fclose(f);
-            return st_fail("%s: token %lld is %d, outside its vocabulary of %d", path,
-                           (long long)i, bad, n_vocab);
+            return st_fail("%s: token %lld is %d, outside its vocabulary of %d", path, (long long)i, bad,
+                           n_vocab);
         }
     }
     kf->f = f;
@@ -262,8 +261,7 @@ typedef int (*ppl_row_fn)(void *user, int pos, const float *logits);
 // each scored position's logits to fn. chunk (n_ctx tokens, a scratch copy)
 // gets BOS as its first token when the vocabulary adds one. buf holds
 // (n_batch, n_vocab).
-static int eval_chunk(struct context *c, int32_t *chunk, int n_ctx, float *buf, ppl_row_fn fn,
-                      void *user) {
+static int eval_chunk(struct context *c, int32_t *chunk, int n_ctx, float *buf, ppl_row_fn fn, void *user) {
     const struct tokenizer *tok = c->model->tok;
     const int nv = c->model->hp.n_vocab, first = n_ctx / 2;
     const int nb = c->n_batch < n_ctx ? c->n_batch : n_ctx;
@@ -294,7 +292,7 @@ static void print_eta(FILE *info, const char *what, double secs, int n_chunk) {
 struct ppl_state {
     const int32_t *chunk; // the chunk's own tokens (not BOS-replaced)
     int n_vocab, first, chunk_index;
-    uint16_t *rows;       // (n_scored, row_len) when a KLD file is written
+    uint16_t *rows; // (n_scored, row_len) when a KLD file is written
     int64_t row_len;
     double nll, nll2;
     int64_t count;
@@ -303,9 +301,9 @@ struct ppl_state {
 static int ppl_score(void *user, int pos, const float *logits) {
     struct ppl_state *st = user;
     const int32_t tok = st->chunk[pos + 1];
-    const double v = st->rows ? ppl_nll_row(logits, st->n_vocab, tok,
-                                            st->rows + (size_t)(pos - st->first) * st->row_len)
-                              : ppl_nll(logits, st->n_vocab, tok);
+    const double v =
+        st->rows ? ppl_nll_row(logits, st->n_vocab, tok, st->rows + (size_t)(pos - st->first) * st->row_len)
+                 : ppl_nll(logits, st->n_vocab, tok);
     if (!isfinite(v))
         return st_fail("chunk %d, position %d: the model's logits give a non-finite "
                        "log-probability (%g); the backend produced NaN or infinite values",
@@ -322,8 +320,8 @@ int ppl_run(struct context *c, const int32_t *tokens, int n_tokens, int n_ctx, i
     const struct model *m = c->model;
     const int nv = m->hp.n_vocab;
     if (n_ctx < PPL_MIN_CTX || n_ctx > c->n_ctx)
-        return st_fail("chunk size %d: it must be %d..%d (the context made for it)", n_ctx,
-                       PPL_MIN_CTX, c->n_ctx);
+        return st_fail("chunk size %d: it must be %d..%d (the context made for it)", n_ctx, PPL_MIN_CTX,
+                       c->n_ctx);
     if (tokenizer_adds_eos(m->tok))
         return st_fail("the vocabulary adds EOS to every text (tokenizer.ggml.add_eos_token); "
                        "perplexity by llama-perplexity's method needs a vocabulary that does not");
@@ -338,8 +336,7 @@ int ppl_run(struct context *c, const int32_t *tokens, int n_tokens, int n_ctx, i
                        "(-c %d) needs %d",
                        n_tokens, PPL_MIN_CTX, 2 * PPL_MIN_CTX);
     }
-    if (kld_out)
-        ST_ASSERT(kld_out->n_ctx == n_ctx && kld_out->n_vocab == nv && kld_out->n_chunk == n_chunk);
+    if (kld_out) ST_ASSERT(kld_out->n_ctx == n_ctx && kld_out->n_vocab == nv && kld_out->n_chunk == n_chunk);
     const int nb = c->n_batch < n_ctx ? c->n_batch : n_ctx;
     const int n_scored = ppl_scored_per_chunk(n_ctx);
     struct ppl_state st = {.n_vocab = nv, .first = n_ctx / 2, .row_len = ppl_kld_row_len(nv)};
@@ -348,8 +345,8 @@ int ppl_run(struct context *c, const int32_t *tokens, int n_tokens, int n_ctx, i
     if (kld_out) st.rows = malloc(sizeof(uint16_t) * (size_t)n_scored * (size_t)st.row_len);
     int rc = 0;
     if (!chunk || !buf || (kld_out && !st.rows)) {
-        rc = st_fail("out of memory for the logits of a batch of %d (%.1f MB)", nb,
-                     (double)nb * nv * 4 / 1e6);
+        rc =
+            st_fail("out of memory for the logits of a batch of %d (%.1f MB)", nb, (double)nb * nv * 4 / 1e6);
         goto done;
     }
     if (out && out->info)
@@ -416,9 +413,9 @@ static int kld_score(void *user, int pos, const float *logits) {
     struct kld_state *st = user;
     struct ppl_kld_result *r = st->r;
     float p_diff;
-    const double kld = ppl_kld_position(logits, st->n_vocab,
-                                        st->rows + (size_t)(pos - st->first) * st->row_len,
-                                        st->chunk[pos + 1], &r->s, &p_diff);
+    const double kld =
+        ppl_kld_position(logits, st->n_vocab, st->rows + (size_t)(pos - st->first) * st->row_len,
+                         st->chunk[pos + 1], &r->s, &p_diff);
     r->kld[r->n_values] = (float)kld;
     r->p_diff[r->n_values] = p_diff;
     r->n_values++;
@@ -449,8 +446,8 @@ static void kld_chunk_line(FILE *f, int chunk, const struct ppl_kld_sums *s) {
     fprintf(f, "\n");
 }
 
-int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks,
-                const struct ppl_output *out, struct ppl_kld_result *r) {
+int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks, const struct ppl_output *out,
+                struct ppl_kld_result *r) {
     memset(r, 0, sizeof *r);
     const int nv = c->model->hp.n_vocab, n_ctx = kf->n_ctx;
     if (kf->n_vocab != nv)
@@ -458,8 +455,8 @@ int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks,
                        "%d: it was written with another model's vocabulary",
                        kf->n_vocab, nv);
     if (n_ctx > c->n_ctx)
-        return st_fail("the KL-divergence file was computed with -c %d, but the context holds %d",
-                       n_ctx, c->n_ctx);
+        return st_fail("the KL-divergence file was computed with -c %d, but the context holds %d", n_ctx,
+                       c->n_ctx);
     if (tokenizer_adds_eos(c->model->tok))
         return st_fail("the vocabulary adds EOS to every text (tokenizer.ggml.add_eos_token); "
                        "perplexity by llama-perplexity's method needs a vocabulary that does not");
@@ -537,8 +534,7 @@ static float median(const float *v, int64_t n) {
 void ppl_kld_print(FILE *f, const struct ppl_kld_result *r) {
     const struct ppl_kld_sums *s = &r->s;
     if (s->count < 100) {
-        fprintf(f, "(%lld positions: too few for statistics, which need 100)\n",
-                (long long)s->count);
+        fprintf(f, "(%lld positions: too few for statistics, which need 100)\n", (long long)s->count);
         return;
     }
     const float *kv = r->kld, *pv = r->p_diff;

@@ -35,7 +35,7 @@
 
 #include "model/forward.h"
 
-#define PPL_MIN_CTX 4   // the smallest chunk with a scored position
+#define PPL_MIN_CTX 4 // the smallest chunk with a scored position
 #define PPL_KLD_MAGIC "_logits_"
 
 // u16 per compressed row of a KLD file: 4 (two floats) + n_vocab rounded up to even.
@@ -74,16 +74,16 @@ double ppl_kld_position(const float *logits, int n_vocab, const uint16_t *base_r
 // --- KLD files ----------------------------------------------------------------------
 
 struct ppl_kld_file {
-    FILE *f;          // owned
+    FILE *f; // owned
     int n_ctx, n_vocab, n_chunk;
-    int32_t *tokens;  // [n_chunk · n_ctx], owned (NULL for a file being written)
+    int32_t *tokens; // [n_chunk · n_ctx], owned (NULL for a file being written)
     bool writing;
 };
 
 // Creates path and writes the header and tokens[n_chunk · n_ctx]. Returns 0
 // (close with ppl_kld_file_close) or -1 with a message naming the file.
-int ppl_kld_file_create(const char *path, int n_ctx, int n_vocab, int n_chunk,
-                        const int32_t *tokens, struct ppl_kld_file *kf);
+int ppl_kld_file_create(const char *path, int n_ctx, int n_vocab, int n_chunk, const int32_t *tokens,
+                        struct ppl_kld_file *kf);
 // Appends n_rows rows (n_rows · ppl_kld_row_len u16). Returns 0 or -1 with a message.
 int ppl_kld_file_write_rows(struct ppl_kld_file *kf, const uint16_t *rows, int n_rows);
 // Opens a KLD file written by Strata or llama.cpp and checks it: the magic, a
@@ -108,11 +108,11 @@ struct ppl_output {
 };
 
 struct ppl_result {
-    int n_chunk;       // chunks evaluated
-    int64_t count;     // positions scored
-    double nll, nll2;  // sums of -ln p and its square
-    double ppl;        // exp(nll / count)
-    double ppl_err;    // its uncertainty; NAN when the variance is not positive
+    int n_chunk;      // chunks evaluated
+    int64_t count;    // positions scored
+    double nll, nll2; // sums of -ln p and its square
+    double ppl;       // exp(nll / count)
+    double ppl_err;   // its uncertainty; NAN when the variance is not positive
 };
 
 // Chunks of n_ctx tokens a text of n_tokens gives (at most max_chunks when
@@ -134,16 +134,16 @@ struct ppl_kld_result {
     struct ppl_kld_sums s;
     int n_chunk;
     int64_t n_values;
-    float *kld;     // [n_values], owned
-    float *p_diff;  // [n_values], owned
+    float *kld;    // [n_values], owned
+    float *p_diff; // [n_values], owned
 };
 
 // Evaluates the base file's first n_chunk chunks (all when max_chunks ≤ 0) of
 // its tokens on c (kf->n_ctx ≤ c->n_ctx, kf->n_vocab = the model's) and
 // compares every scored position with the file's row for it. Fills *r (free
 // with ppl_kld_result_free). Returns 0 or -1 with a message.
-int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks,
-                const struct ppl_output *out, struct ppl_kld_result *r);
+int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks, const struct ppl_output *out,
+                struct ppl_kld_result *r);
 void ppl_kld_result_free(struct ppl_kld_result *r);
 // Prints llama-perplexity's closing statistics to f (PPL(Q), PPL(base), their
 // correlation, ratio, ln ratio and difference; KLD mean, percentiles; Δp

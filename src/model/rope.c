@@ -45,8 +45,8 @@ int rope_check(const struct rope_params *rp, int head_dim) {
     if (!(rp->freq_scale > 0) || !isfinite(rp->freq_scale))
         return st_fail("RoPE: frequency scale %g must be a positive number", rp->freq_scale);
     if (!isfinite(rp->attn_factor) || !isfinite(rp->ext_factor))
-        return st_fail("RoPE: attention factor %g / extrapolation factor %g must be finite",
-                       rp->attn_factor, rp->ext_factor);
+        return st_fail("RoPE: attention factor %g / extrapolation factor %g must be finite", rp->attn_factor,
+                       rp->ext_factor);
     if (rp->ext_factor != 0 && (rp->n_ctx_orig < 1 || !(rp->beta_fast > 0) || !(rp->beta_slow > 0)))
         return st_fail("RoPE: YaRN needs an original context ≥ 1 (%d) and positive betas (%g, %g)",
                        rp->n_ctx_orig, rp->beta_fast, rp->beta_slow);

@@ -20,8 +20,8 @@ int session_open(const struct session_opts *o, struct session *s) {
     memset(s, 0, sizeof *s);
     if (!o->model) return st_fail("no model given: use -m FILE (see --help)");
     if (o->n_ctx < 0 || o->n_batch < 1)
-        return st_fail("context %d and batch %d: the context must be ≥ 0 and the batch ≥ 1",
-                       o->n_ctx, o->n_batch);
+        return st_fail("context %d and batch %d: the context must be ≥ 0 and the batch ≥ 1", o->n_ctx,
+                       o->n_batch);
     if (model_load(o->model, &s->model)) return -1;
     if (o->progress) session_prefault(s->model);
     const struct model_hparams *hp = &s->model->hp;
@@ -128,9 +128,8 @@ int session_text_tokens(const struct model *m, const char *text, int32_t **ids) 
     return n;
 }
 
-int session_chat_tokens(const struct model *m, const struct chat_format *fmt,
-                        const struct chat_message *msgs, int n, bool add_generation_prompt,
-                        int32_t **ids) {
+int session_chat_tokens(const struct model *m, const struct chat_format *fmt, const struct chat_message *msgs,
+                        int n, bool add_generation_prompt, int32_t **ids) {
     char *text = chat_render(fmt, msgs, n, add_generation_prompt);
     if (!text) return -1;
     int n_ids = session_text_tokens(m, text, ids);

@@ -27,9 +27,9 @@ struct session_opts {
 };
 
 struct session {
-    struct model *model;  // owned
-    struct backend *be;   // owned
-    struct context *ctx;  // owned
+    struct model *model; // owned
+    struct backend *be;  // owned
+    struct context *ctx; // owned
 };
 
 void session_opts_default(struct session_opts *o);
@@ -57,9 +57,8 @@ int session_chat_no_think(struct chat_format *fmt, bool no_think);
 // Renders msgs with fmt and tokenizes the text (special tokens parsed, BOS
 // added as the vocabulary asks, never twice). Returns the number of ids and
 // sets *ids (malloc'd, caller frees), or -1 with a message.
-int session_chat_tokens(const struct model *m, const struct chat_format *fmt,
-                        const struct chat_message *msgs, int n, bool add_generation_prompt,
-                        int32_t **ids);
+int session_chat_tokens(const struct model *m, const struct chat_format *fmt, const struct chat_message *msgs,
+                        int n, bool add_generation_prompt, int32_t **ids);
 // Tokenizes plain text (special tokens parsed, BOS added as the vocabulary
 // asks, never twice). Returns the number of ids and sets *ids (caller frees), or -1.
 int session_text_tokens(const struct model *m, const char *text, int32_t **ids);

@@ -92,8 +92,8 @@ static int keep(struct build *b, const char *name) { return !b->filter || b->fil
 
 // Adds a tensor of n_exp × (rows, cols) random values of the given type
 // (uniform in offset ± scale); n_exp 0 writes a 2-D (or 1-D) tensor.
-static int add_tensor3(struct build *b, const char *name, enum ggml_type type, int64_t cols,
-                       int64_t rows, int n_exp, float scale, float offset) {
+static int add_tensor3(struct build *b, const char *name, enum ggml_type type, int64_t cols, int64_t rows,
+                       int n_exp, float scale, float offset) {
     if (!keep(b, name)) return 0;
     const int64_t all_rows = rows * (n_exp > 0 ? n_exp : 1);
     const quant_quantize_fn quantize = synth_quantizer(type);
@@ -116,8 +116,8 @@ static int add_tensor3(struct build *b, const char *name, enum ggml_type type, i
     return rc;
 }
 
-static int add_tensor(struct build *b, const char *name, enum ggml_type type, int64_t cols,
-                      int64_t rows, float scale, float offset) {
+static int add_tensor(struct build *b, const char *name, enum ggml_type type, int64_t cols, int64_t rows,
+                      float scale, float offset) {
     return add_tensor3(b, name, type, cols, rows, 0, scale, offset);
 }
 
@@ -128,8 +128,8 @@ static int check_type(const char *what, enum ggml_type t, int64_t n) {
                        "Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL or IQ4_XS)",
                        what, quant_name(t));
     if (n % qt->block_size)
-        return st_fail("synth: width %lld is not a multiple of %s's block size %lld",
-                       (long long)n, qt->name, (long long)qt->block_size);
+        return st_fail("synth: width %lld is not a multiple of %s's block size %lld", (long long)n, qt->name,
+                       (long long)qt->block_size);
     return 0;
 }
 
@@ -170,11 +170,10 @@ static int add_vocab(struct build *b, const struct synth_params *p) {
     if (keep(b, "tokenizer.ggml.model")) rc |= gguf_writer_add_str(b->w, "tokenizer.ggml.model", "gpt2");
     if (keep(b, "tokenizer.ggml.pre")) rc |= gguf_writer_add_str(b->w, "tokenizer.ggml.pre", "default");
     if (keep(b, "tokenizer.ggml.tokens"))
-        rc |= gguf_writer_add_arr_str(b->w, "tokenizer.ggml.tokens", (const char *const *)tokens,
-                                      (uint64_t)n);
+        rc |=
+            gguf_writer_add_arr_str(b->w, "tokenizer.ggml.tokens", (const char *const *)tokens, (uint64_t)n);
     if (keep(b, "tokenizer.ggml.token_type"))
-        rc |= gguf_writer_add_arr(b->w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, types,
-                                  (uint64_t)n);
+        rc |= gguf_writer_add_arr(b->w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, types, (uint64_t)n);
     if (keep(b, "tokenizer.ggml.merges"))
         rc |= gguf_writer_add_arr_str(b->w, "tokenizer.ggml.merges", (const char *const *)merges,
                                       (uint64_t)n_merges);
@@ -198,25 +197,22 @@ static const char *akey(char *key, size_t cap, const char *arch, const char *suf
     return key;
 }
 
-int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user,
-                struct gguf_writer **out) {
+int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user, struct gguf_writer **out) {
     *out = NULL;
     const char *arch = p->arch ? p->arch : "llama";
     const struct arch_desc *ad = arch_find(arch);
     if (!ad) {
         char names[256];
-        return st_fail("synth: unknown architecture '%s' (known: %s)", arch,
-                       arch_names(names, sizeof names));
+        return st_fail("synth: unknown architecture '%s' (known: %s)", arch, arch_names(names, sizeof names));
     }
     if (p->n_vocab < 257 || p->n_vocab > (1 << 20))
         return st_fail("synth: vocabulary %d must be in [257, 1048576]", p->n_vocab);
     if (p->n_embd < 2 || p->n_layer < 1 || p->n_head < 1 || p->n_head_kv < 1 || p->n_ff < 1 ||
-        p->n_ctx_train < 1 || p->head_dim < 0 || p->n_rot < 0 || p->n_expert < 0 ||
-        p->n_expert_used < 0 || p->n_ff_exp < 0 || p->n_ff_shexp < 0 || p->n_swa < 0)
+        p->n_ctx_train < 1 || p->head_dim < 0 || p->n_rot < 0 || p->n_expert < 0 || p->n_expert_used < 0 ||
+        p->n_ff_exp < 0 || p->n_ff_shexp < 0 || p->n_swa < 0)
         return st_fail("synth: every dimension must be positive");
     if (!p->head_dim && p->n_embd % p->n_head)
-        return st_fail("synth: width %d does not split into %d heads; give --head-dim", p->n_embd,
-                       p->n_head);
+        return st_fail("synth: width %d does not split into %d heads; give --head-dim", p->n_embd, p->n_head);
     const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
     const int n_rot = p->n_rot ? p->n_rot : hd;
     if (hd % 2 || n_rot % 2 || n_rot > hd)
@@ -227,8 +223,7 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         return st_fail("synth: %d KV heads must divide %d heads", p->n_head_kv, p->n_head);
     const bool mix = p->more_bits_type != GGML_TYPE_COUNT;
     const bool moe = p->n_expert > 0;
-    if (moe && !(ad->flags & ARCH_EXPERTS))
-        return st_fail("synth: %s has no expert layers", arch);
+    if (moe && !(ad->flags & ARCH_EXPERTS)) return st_fail("synth: %s has no expert layers", arch);
     if (moe && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert))
         return st_fail("synth: experts used %d must be in [1, %d]", p->n_expert_used, p->n_expert);
     if (!moe && (p->n_expert_used || p->n_ff_exp || p->n_ff_shexp))
@@ -242,8 +237,7 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         return st_fail("synth: %s has no LongRoPE factors", arch);
     if (check_type("weight", p->type, p->n_embd) || check_type("weight", p->type, p->n_ff) ||
         check_type("weight", p->type, (int64_t)p->n_head * hd) ||
-        (moe && check_type("weight", p->type, ff_exp)) ||
-        (ff_sh && check_type("weight", p->type, ff_sh)) ||
+        (moe && check_type("weight", p->type, ff_exp)) || (ff_sh && check_type("weight", p->type, ff_sh)) ||
         check_type("embedding", p->embd_type, p->n_embd) ||
         (mix && (check_type("more-bits", p->more_bits_type, p->n_embd) ||
                  check_type("more-bits", p->more_bits_type, p->n_ff))))
@@ -252,9 +246,9 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
     const int64_t E = p->n_embd, q_dim = (int64_t)p->n_head * hd, kv_dim = (int64_t)p->n_head_kv * hd;
     int rc = 0;
     char key[128];
-#define KEY_U32(k, v)                                                                             \
+#define KEY_U32(k, v)                                                                                        \
     if (keep(&b, akey(key, sizeof key, arch, k))) rc |= gguf_writer_add_u32(b.w, key, (uint32_t)(v))
-#define KEY_F32(k, v)                                                                             \
+#define KEY_F32(k, v)                                                                                        \
     if (keep(&b, akey(key, sizeof key, arch, k))) rc |= gguf_writer_add_f32(b.w, key, (v))
     if (keep(&b, "general.architecture")) rc |= gguf_writer_add_str(b.w, "general.architecture", arch);
     if (keep(&b, "general.name")) rc |= gguf_writer_add_str(b.w, "general.name", "strata synthetic");
@@ -314,10 +308,10 @@ int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user
         const int n8 = p->n_layer / 8;
         const bool more = mix && (l < n8 || l >= 7 * p->n_layer / 8 || (l - n8) % 3 == 2);
         const enum ggml_type vd_type = more ? p->more_bits_type : p->type; // attn_v, ffn_down
-#define T3(suffix, type, cols, rows, n_exp, scale, offset)                                        \
-    do {                                                                                          \
-        snprintf(name, sizeof name, "blk.%d." suffix, l);                                         \
-        if (add_tensor3(&b, name, type, cols, rows, n_exp, scale, offset)) goto fail;             \
+#define T3(suffix, type, cols, rows, n_exp, scale, offset)                                                   \
+    do {                                                                                                     \
+        snprintf(name, sizeof name, "blk.%d." suffix, l);                                                    \
+        if (add_tensor3(&b, name, type, cols, rows, n_exp, scale, offset)) goto fail;                        \
     } while (0)
 #define T(suffix, type, cols, rows, scale, offset) T3(suffix, type, cols, rows, 0, scale, offset)
         T("attn_norm.weight", GGML_TYPE_F32, E, 1, 0.2f, 1.0f);

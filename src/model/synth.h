@@ -16,36 +16,37 @@
 
 struct synth_params {
     const char *arch; // general.architecture: a row of the table (default "llama")
-    int n_vocab;    // ≥ 257
-    int n_embd;     // multiple of n_head and of the weight type's block size
+    int n_vocab;      // ≥ 257
+    int n_embd;       // multiple of n_head and of the weight type's block size
     int n_layer;
     int n_head;
-    int n_head_kv;  // divides n_head
-    int n_ff;       // multiple of the weight type's block size
+    int n_head_kv; // divides n_head
+    int n_ff;      // multiple of the weight type's block size
     int n_ctx_train;
     float rope_base;
-    enum ggml_type type;      // matrices; needs a quantizer (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS)
+    enum ggml_type
+        type; // matrices; needs a quantizer (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS)
     enum ggml_type embd_type; // token_embd.weight, same rule
     // llama.cpp's "more bits" rule of its _M mixes, or GGML_TYPE_COUNT for none: this type
     // for attn_v and ffn_down of the first and last eighth of the layers and every third
     // between, and for the output matrix (token_embd.weight when tied)
     enum ggml_type more_bits_type;
-    int tied;                 // 1: no output.weight (the embedding is reused)
+    int tied; // 1: no output.weight (the embedding is reused)
     uint64_t seed;
     // architecture options (0: the architecture's usual value or none)
-    int head_dim;             // per-head width (0: n_embd / n_head)
-    int n_rot;                // rotated dimensions (0: head_dim; fewer: partial rotary)
-    int n_expert;             // experts per layer (architectures with ARCH_EXPERTS)
+    int head_dim; // per-head width (0: n_embd / n_head)
+    int n_rot;    // rotated dimensions (0: head_dim; fewer: partial rotary)
+    int n_expert; // experts per layer (architectures with ARCH_EXPERTS)
     int n_expert_used;
-    int n_ff_exp;             // expert width (0: n_ff)
-    int n_ff_shexp;           // shared expert width (ARCH_SHARED_EXPERT; 0: n_ff)
-    int n_swa;                // sliding window (architectures with a pattern)
+    int n_ff_exp;                      // expert width (0: n_ff)
+    int n_ff_shexp;                    // shared expert width (ARCH_SHARED_EXPERT; 0: n_ff)
+    int n_swa;                         // sliding window (architectures with a pattern)
     float attn_softcap, final_softcap; // written when > 0
-    float rope_base_swa;      // written when > 0
-    const char *rope_scaling; // NULL, "linear", "yarn" or "longrope" (LongRoPE factors)
-    float rope_factor;        // scaling factor (linear, yarn)
-    int rope_orig_ctx;        // original context (yarn, longrope)
-    float rope_attn_factor;   // written when > 0
+    float rope_base_swa;               // written when > 0
+    const char *rope_scaling;          // NULL, "linear", "yarn" or "longrope" (LongRoPE factors)
+    float rope_factor;                 // scaling factor (linear, yarn)
+    int rope_orig_ctx;                 // original context (yarn, longrope)
+    float rope_attn_factor;            // written when > 0
 };
 
 // The quantizer synth uses for type t (the quant table's, or its own plain
@@ -68,8 +69,7 @@ int synth_arch_defaults(const char *name, struct synth_params *p);
 
 // Builds the model into a new writer (free with gguf_writer_free). filter may
 // be NULL. Returns 0, or -1 with a message naming the bad parameter.
-int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user,
-                struct gguf_writer **out);
+int synth_build(const struct synth_params *p, synth_filter_fn filter, void *user, struct gguf_writer **out);
 // Builds the model and writes it to path. Returns 0 or -1 with a message.
 int synth_write(const struct synth_params *p, const char *path);
 

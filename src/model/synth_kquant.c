@@ -46,7 +46,8 @@ void synth_quantize_row_q4_K(const float *src, void *dst, int64_t n) {
             b[i].scales[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (m[j + 4] & 0xF) << 4);
         }
         for (int k = 0; k < 4; k++)
-            for (int l = 0; l < 32; l++) b[i].qs[32 * k + l] = (uint8_t)(q[64 * k + l] | q[64 * k + 32 + l] << 4);
+            for (int l = 0; l < 32; l++)
+                b[i].qs[32 * k + l] = (uint8_t)(q[64 * k + l] | q[64 * k + 32 + l] << 4);
     }
 }
 
@@ -79,7 +80,8 @@ void synth_quantize_row_q6_K(const float *src, void *dst, int64_t n) {
             for (int l = 0; l < 32; l++) {
                 ql[l] = (uint8_t)((o[l] & 0xF) | (o[l + 64] & 0xF) << 4);
                 ql[l + 32] = (uint8_t)((o[l + 32] & 0xF) | (o[l + 96] & 0xF) << 4);
-                qh[l] = (uint8_t)((o[l] >> 4) | (o[l + 32] >> 4) << 2 | (o[l + 64] >> 4) << 4 | (o[l + 96] >> 4) << 6);
+                qh[l] = (uint8_t)((o[l] >> 4) | (o[l + 32] >> 4) << 2 | (o[l + 64] >> 4) << 4 |
+                                  (o[l + 96] >> 4) << 6);
             }
         }
     }

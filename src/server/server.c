@@ -38,14 +38,15 @@ static void default_model_id(const char *path, char *out, size_t cap) {
 
 int server_run(const struct server_config *cfg) {
     if (access(cfg->so.model, R_OK)) { // before listening: the load itself comes later
-        fprintf(stderr, "strata serve: cannot open model '%s': %s\n", cfg->so.model,
-                strerror(errno));
+        fprintf(stderr, "strata serve: cannot open model '%s': %s\n", cfg->so.model, strerror(errno));
         return 1;
     }
     struct server *s = st_xcalloc(1, sizeof *s);
     s->cfg = *cfg;
-    if (s->cfg.alias) snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias);
-    else default_model_id(s->cfg.so.model, s->model_id, sizeof s->model_id);
+    if (s->cfg.alias)
+        snprintf(s->model_id, sizeof s->model_id, "%s", s->cfg.alias);
+    else
+        default_model_id(s->cfg.so.model, s->model_id, sizeof s->model_id);
     s->created = (long long)time(NULL);
     s->rng = random_seed();
     s->state = SRV_LOADING;
@@ -70,8 +71,8 @@ int server_run(const struct server_config *cfg) {
         goto out;
     }
     const bool v6 = strchr(s->cfg.host, ':') != NULL;
-    fprintf(stderr, "strata serve: listening on http://%s%s%s:%d/ (loading %s)\n", v6 ? "[" : "",
-            s->cfg.host, v6 ? "]" : "", s->port, s->cfg.so.model);
+    fprintf(stderr, "strata serve: listening on http://%s%s%s:%d/ (loading %s)\n", v6 ? "[" : "", s->cfg.host,
+            v6 ? "]" : "", s->port, s->cfg.so.model);
     if (pthread_create(&worker, NULL, srv_worker_main, s)) {
         fprintf(stderr, "strata serve: cannot start the worker thread\n");
         goto out;

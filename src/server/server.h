@@ -79,8 +79,8 @@ struct srv_error {
 };
 
 // Fills e; param may be NULL. Returns -1, so callers can `return srv_error_set(...)`.
-int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
-                  const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int srv_error_set(struct srv_error *e, int status, const char *type, const char *code, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 enum srv_kind { SRV_CHAT, SRV_COMPLETION, SRV_EMBEDDING };
 
@@ -92,26 +92,26 @@ struct srv_bias {
 // A validated request.
 struct srv_request {
     enum srv_kind kind;
-    int32_t *prompt;           // (n_prompt) owned; 1 ≤ n_prompt < n_ctx
+    int32_t *prompt; // (n_prompt) owned; 1 ≤ n_prompt < n_ctx
     int n_prompt;
-    struct sampler_params sp;  // checked by sampler_params_check
-    int max_tokens;            // ≥ 1, or -1: until the end of turn or a full context
-    char *stop[SRV_MAX_STOP];  // owned, each non-empty valid UTF-8
+    struct sampler_params sp; // checked by sampler_params_check
+    int max_tokens;           // ≥ 1, or -1: until the end of turn or a full context
+    char *stop[SRV_MAX_STOP]; // owned, each non-empty valid UTF-8
     int n_stop;
     bool stream, include_usage;
-    int n_choices;             // n: 1 … SRV_MAX_CHOICES, each with its own sampler (seed + i)
-    int logprobs;              // -1: none; else alternatives per token (0 … SRV_MAX_TOP)
-    float presence_penalty;    // -2 … 2, over the tokens generated so far
-    float frequency_penalty;   // -2 … 2, times each token's count so far
-    struct srv_bias *bias;     // (n_bias) owned: logit_bias
+    int n_choices;           // n: 1 … SRV_MAX_CHOICES, each with its own sampler (seed + i)
+    int logprobs;            // -1: none; else alternatives per token (0 … SRV_MAX_TOP)
+    float presence_penalty;  // -2 … 2, over the tokens generated so far
+    float frequency_penalty; // -2 … 2, times each token's count so far
+    struct srv_bias *bias;   // (n_bias) owned: logit_bias
     int n_bias;
-    struct grammar *grammar;   // owned, or NULL: response_format, grammar or forced tools
+    struct grammar *grammar;     // owned, or NULL: response_format, grammar or forced tools
     enum chat_tool_syntax tools; // CHAT_TOOLS_NONE: no tool calls are parsed
     // SRV_EMBEDDING: each input's token ids (owned)
-    int32_t **inputs;          // [n_inputs] each (n_input_tokens[i])
+    int32_t **inputs; // [n_inputs] each (n_input_tokens[i])
     int *n_input_tokens;
     int n_inputs;
-    bool base64;               // encoding_format "base64"
+    bool base64; // encoding_format "base64"
 };
 
 void srv_request_free(struct srv_request *r);
@@ -131,9 +131,9 @@ enum srv_job_state { SRV_JOB_QUEUED, SRV_JOB_RUNNING, SRV_JOB_DONE };
 // One generated token's log-probability and its most likely alternatives,
 // from the model's own distribution (before penalties, biases and masks).
 struct srv_logprob {
-    int32_t id, prev;        // the token and the one before it (for its text)
+    int32_t id, prev; // the token and the one before it (for its text)
     float logprob;
-    size_t offset;           // where its bytes start in the choice's generated text
+    size_t offset; // where its bytes start in the choice's generated text
     int n_top;
     struct {
         int32_t id;
@@ -144,60 +144,60 @@ struct srv_logprob {
 // One choice of a job. The worker fills it under server.mu; the connection
 // reads it under server.mu and keeps its own progress in the *_sent fields.
 struct srv_choice {
-    struct sbuf text;        // text released so far (valid UTF-8)
-    struct srv_logprob *lp;  // [n_lp] when logprobs were asked for
+    struct sbuf text;       // text released so far (valid UTF-8)
+    struct srv_logprob *lp; // [n_lp] when logprobs were asked for
     int n_lp, cap_lp;
-    int n_gen;               // tokens generated
+    int n_gen; // tokens generated
     bool started, done;
-    enum srv_finish finish;  // once done
-    char *tool_calls;        // once done: OpenAI's tool_calls array as JSON, or NULL
-    size_t text_sent;        // the connection's progress
+    enum srv_finish finish; // once done
+    char *tool_calls;       // once done: OpenAI's tool_calls array as JSON, or NULL
+    size_t text_sent;       // the connection's progress
     int lp_sent;
     bool opened, closed;
 };
 
 struct srv_job {
-    struct srv_request req;   // immutable once submitted
-    char id[40];              // "chatcmpl-..." or "cmpl-..."
-    long long created;        // Unix seconds
-    double t_arrival;         // st_time_s() when the request arrived
-    double deadline;          // st_time_s() past which the job is stopped
+    struct srv_request req; // immutable once submitted
+    char id[40];            // "chatcmpl-..." or "cmpl-..."
+    long long created;      // Unix seconds
+    double t_arrival;       // st_time_s() when the request arrived
+    double deadline;        // st_time_s() past which the job is stopped
     // Under server.mu:
-    struct srv_job *next;     // queue link
+    struct srv_job *next; // queue link
     int refs;
     enum srv_job_state state;
-    bool cancel;              // the connection asked the worker to stop
+    bool cancel;                // the connection asked the worker to stop
     struct srv_choice *choices; // [req.n_choices]
-    int n_taken;              // tokens the connection has sent (or taken to send)
-    double t_taken;           // st_time_s() when it last took some
-    pthread_cond_t cv;        // signalled when text grows or the job is done
+    int n_taken;                // tokens the connection has sent (or taken to send)
+    double t_taken;             // st_time_s() when it last took some
+    pthread_cond_t cv;          // signalled when text grows or the job is done
     // Valid once state is SRV_JOB_DONE:
     enum srv_finish finish;
     char error[256];
-    struct gen_stats stats;   // all choices together
-    double t_first;           // seconds from arrival to the first token (0: none)
-    double t_gen_start;       // st_time_s() when the first choice began generating
-    float *embd;              // SRV_EMBEDDING: (n_inputs, n_embd), each normalised
+    struct gen_stats stats; // all choices together
+    double t_first;         // seconds from arrival to the first token (0: none)
+    double t_gen_start;     // st_time_s() when the first choice began generating
+    float *embd;            // SRV_EMBEDDING: (n_inputs, n_embd), each normalised
 };
 
 struct srv_metrics {
-    unsigned long long requests;          // generation requests finished (any way)
-    unsigned long long requests_failed;   // of which timed out, failed or cut by shutdown
+    unsigned long long requests;           // generation requests finished (any way)
+    unsigned long long requests_failed;    // of which timed out, failed or cut by shutdown
     unsigned long long requests_cancelled; // of which the client went away
-    unsigned long long prompt_tokens;     // prompt tokens of finished requests
+    unsigned long long prompt_tokens;      // prompt tokens of finished requests
     unsigned long long prompt_tokens_cached;
     unsigned long long generated_tokens;
     double prompt_seconds, generation_seconds;
     double last_prompt_tps, last_generation_tps; // of the latest finished request
-    unsigned long long http_responses[6]; // by status class: [2] = 2xx ... [5] = 5xx
+    unsigned long long http_responses[6];        // by status class: [2] = 2xx ... [5] = 5xx
 };
 
 struct server {
     struct server_config cfg;
-    _Atomic int state;            // enum srv_state
-    char load_error[512];         // why loading failed (state SRV_FAILED)
+    _Atomic int state;    // enum srv_state
+    char load_error[512]; // why loading failed (state SRV_FAILED)
     // Set by the worker before state becomes SRV_READY, read-only afterwards.
-    struct session sess;          // the model, its backend and context
+    struct session sess; // the model, its backend and context
     struct chat_format fmt;
     struct grammar_vocab *gvocab; // the vocabulary's token bytes for grammars
     int pooling;                  // embeddings: 1 mean, 2 first token, 3 last token,
@@ -209,15 +209,15 @@ struct server {
     int n_ctx;
     // Under mu:
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;       // signalled when a job is queued or on stop
-    struct srv_job *head, *tail;  // the queue
+    pthread_cond_t work_cv;      // signalled when a job is queued or on stop
+    struct srv_job *head, *tail; // the queue
     int n_queued;
     int n_running;
     struct srv_metrics metrics;
-    uint64_t rng;                 // ids and default seeds
-    pthread_mutex_t json_mu;      // cJSON's parser keeps a global error position
-    void *daemon;                 // struct MHD_Daemon
-    int port;                     // the bound port
+    uint64_t rng;            // ids and default seeds
+    pthread_mutex_t json_mu; // cJSON's parser keeps a global error position
+    void *daemon;            // struct MHD_Daemon
+    int port;                // the bound port
 };
 
 // --- server_util.c ---
@@ -296,20 +296,20 @@ char *srv_tools_parse(struct server *s, enum chat_tool_syntax syn, const char *t
 
 // What a chat request's tools come to (free with srv_tools_free).
 struct srv_tools {
-    char **defs;                  // [n_defs] each tool as the template prints it
+    char **defs; // [n_defs] each tool as the template prints it
     int n_defs;
-    struct chat_calls *calls;     // [n_messages] each message's tool calls, or NULL
-    int *first;                   // [n_messages] where each message's calls start in all
-    struct chat_tool_call *all;   // the calls themselves (names and arguments owned)
+    struct chat_calls *calls;   // [n_messages] each message's tool calls, or NULL
+    int *first;                 // [n_messages] where each message's calls start in all
+    struct chat_tool_call *all; // the calls themselves (names and arguments owned)
     int n_all;
-    char *grammar;                // GBNF forcing a call (tool_choice required or named), or NULL
+    char *grammar; // GBNF forcing a call (tool_choice required or named), or NULL
 };
 void srv_tools_free(struct srv_tools *t);
 // Reads tools, tool_choice and parallel_tool_calls of a chat request whose
 // template family is kind; sets r->tools and t->defs, t->grammar. Returns 0 or
 // -1 with a 400 naming the field.
-int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_request *r,
-                      struct srv_tools *t, struct srv_error *e);
+int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_request *r, struct srv_tools *t,
+                      struct srv_error *e);
 // Reads message i's tool_calls (an assistant message) into t (n messages in
 // all). Returns 0 or -1 with a 400 naming the field.
 int srv_tools_message(const cJSON *m, int i, int n, enum chat_template kind, struct srv_tools *t,

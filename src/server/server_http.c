@@ -103,10 +103,8 @@ static const struct route *route_find(const char *url, const char **model_id) {
 // Sends body (malloc'd, taken) with the given status and content type, plus
 // one optional header.
 static enum MHD_Result respond(struct server *s, struct MHD_Connection *c, int status,
-                               const char *content_type, char *body, const char *header,
-                               const char *value) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+                               const char *content_type, char *body, const char *header, const char *value) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(body);
         return MHD_NO;
@@ -120,10 +118,9 @@ static enum MHD_Result respond(struct server *s, struct MHD_Connection *c, int s
 }
 
 // Sends len bytes of static data.
-static enum MHD_Result respond_bytes(struct server *s, struct MHD_Connection *c,
-                                     const char *content_type, const char *data, size_t len) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+static enum MHD_Result respond_bytes(struct server *s, struct MHD_Connection *c, const char *content_type,
+                                     const char *data, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "max-age=86400");
@@ -133,14 +130,12 @@ static enum MHD_Result respond_bytes(struct server *s, struct MHD_Connection *c,
     return rc;
 }
 
-static enum MHD_Result respond_json(struct server *s, struct MHD_Connection *c, int status,
-                                    char *json) {
+static enum MHD_Result respond_json(struct server *s, struct MHD_Connection *c, int status, char *json) {
     return respond(s, c, status, "application/json", json, NULL, NULL);
 }
 
-static enum MHD_Result respond_error(struct server *s, struct MHD_Connection *c,
-                                     const struct srv_error *e, const char *method,
-                                     const char *url) {
+static enum MHD_Result respond_error(struct server *s, struct MHD_Connection *c, const struct srv_error *e,
+                                     const char *method, const char *url) {
     fprintf(stderr, "strata serve: %d %s %s: %s\n", e->status, method, url, e->message);
     const char *header = NULL, *value = NULL;
     if (e->status == 401) header = MHD_HTTP_HEADER_WWW_AUTHENTICATE, value = "Bearer";
@@ -156,8 +151,7 @@ static char *dup_str(const char *s) {
 
 // True once the client has closed its end (or the socket failed).
 static bool client_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
@@ -220,8 +214,7 @@ static void sse_free(void *cls) {
     free(st);
 }
 
-static enum MHD_Result respond_stream(struct server *s, struct MHD_Connection *c,
-                                      struct srv_job *j) {
+static enum MHD_Result respond_stream(struct server *s, struct MHD_Connection *c, struct srv_job *j) {
     struct sse_stream *st = st_xcalloc(1, sizeof *st);
     *st = (struct sse_stream){.s = s, .j = j, .c = c};
     struct MHD_Response *resp =
@@ -242,8 +235,8 @@ static enum MHD_Result respond_stream(struct server *s, struct MHD_Connection *c
 // --- handlers -----------------------------------------------------------------------
 
 // Waits for a non-streaming job; answers with its result or its error.
-static enum MHD_Result respond_when_done(struct server *s, struct MHD_Connection *c,
-                                         struct srv_job *j, const char *method, const char *url) {
+static enum MHD_Result respond_when_done(struct server *s, struct MHD_Connection *c, struct srv_job *j,
+                                         const char *method, const char *url) {
     for (;;) {
         pthread_mutex_lock(&s->mu);
         if (j->state != SRV_JOB_DONE) srv_job_wait_locked(s, j, WAIT_STEP_S);
@@ -300,16 +293,21 @@ static enum MHD_Result on_body(struct server *s, struct MHD_Connection *c, struc
     struct srv_error e;
     char *json;
     switch (r->route->id) {
-    case ROUTE_CHAT: return on_generate(s, c, r, SRV_CHAT, method, url);
-    case ROUTE_COMPLETIONS: return on_generate(s, c, r, SRV_COMPLETION, method, url);
-    case ROUTE_EMBEDDINGS: return on_generate(s, c, r, SRV_EMBEDDING, method, url);
+    case ROUTE_CHAT:
+        return on_generate(s, c, r, SRV_CHAT, method, url);
+    case ROUTE_COMPLETIONS:
+        return on_generate(s, c, r, SRV_COMPLETION, method, url);
+    case ROUTE_EMBEDDINGS:
+        return on_generate(s, c, r, SRV_EMBEDDING, method, url);
     case ROUTE_TOKENIZE:
         json = srv_tokenize(s, r->body.p, r->body.len, &e);
         break;
     case ROUTE_DETOKENIZE:
         json = srv_detokenize(s, r->body.p, r->body.len, &e);
         break;
-    default: ST_ASSERT(!"a GET route has no body handler"); return MHD_NO;
+    default:
+        ST_ASSERT(!"a GET route has no body handler");
+        return MHD_NO;
     }
     return json ? respond_json(s, c, MHD_HTTP_OK, json) : respond_error(s, c, &e, method, url);
 }
@@ -319,12 +317,11 @@ static enum MHD_Result on_get(struct server *s, struct MHD_Connection *c, struct
     struct srv_error e;
     switch (r->route->id) {
     case ROUTE_PAGE:
-        return respond(s, c, MHD_HTTP_OK, "text/html; charset=utf-8", dup_str(server_page_html),
-                       NULL, NULL);
+        return respond(s, c, MHD_HTTP_OK, "text/html; charset=utf-8", dup_str(server_page_html), NULL, NULL);
     case ROUTE_HEALTH: {
         int state = s->state;
         if (state == SRV_READY) return respond_json(s, c, MHD_HTTP_OK, dup_str("{\"status\":\"ok\"}"));
-        const char *body = state == SRV_LOADING ? "{\"status\":\"loading\"}"
+        const char *body = state == SRV_LOADING    ? "{\"status\":\"loading\"}"
                            : state == SRV_STOPPING ? "{\"status\":\"stopping\"}"
                                                    : "{\"status\":\"error\"}";
         return respond(s, c, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", dup_str(body),
@@ -343,19 +340,21 @@ static enum MHD_Result on_get(struct server *s, struct MHD_Connection *c, struct
         }
         return respond(s, c, MHD_HTTP_OK, "text/javascript; charset=utf-8", js, NULL, NULL);
     }
-    case ROUTE_PROPS: return respond_json(s, c, MHD_HTTP_OK, srv_json_props(s));
+    case ROUTE_PROPS:
+        return respond_json(s, c, MHD_HTTP_OK, srv_json_props(s));
     case ROUTE_METRICS:
-        return respond(s, c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                       srv_metrics_text(s), NULL, NULL);
-    case ROUTE_MODELS: return respond_json(s, c, MHD_HTTP_OK, srv_json_models(s));
+        return respond(s, c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_text(s),
+                       NULL, NULL);
+    case ROUTE_MODELS:
+        return respond_json(s, c, MHD_HTTP_OK, srv_json_models(s));
     case ROUTE_MODEL:
-        if (!strcmp(r->model_id, s->model_id))
-            return respond_json(s, c, MHD_HTTP_OK, srv_json_model(s));
+        if (!strcmp(r->model_id, s->model_id)) return respond_json(s, c, MHD_HTTP_OK, srv_json_model(s));
         srv_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
-                      "the model '%.100s' does not exist; this server has '%s'", r->model_id,
-                      s->model_id);
+                      "the model '%.100s' does not exist; this server has '%s'", r->model_id, s->model_id);
         return respond_error(s, c, &e, method, url);
-    default: ST_ASSERT(!"a POST route has no GET handler"); return MHD_NO;
+    default:
+        ST_ASSERT(!"a POST route has no GET handler");
+        return MHD_NO;
     }
 }
 
@@ -374,8 +373,7 @@ static enum MHD_Result on_headers(struct server *s, struct MHD_Connection *c, st
     const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (r->route->post ? !post : !get) {
         srv_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
-                      "%.200s does not take %.16s; use %s", url, method,
-                      r->route->post ? "POST" : "GET");
+                      "%.200s does not take %.16s; use %s", url, method, r->route->post ? "POST" : "GET");
         fprintf(stderr, "strata serve: 405 %s %s\n", method, url);
         return respond(s, c, 405, "application/json", srv_json_error(&e), MHD_HTTP_HEADER_ALLOW,
                        r->route->post ? "POST" : "GET, HEAD");
@@ -392,8 +390,7 @@ static enum MHD_Result on_headers(struct server *s, struct MHD_Connection *c, st
                           "the model is still loading; retry shortly (GET /health says when it is "
                           "ready)");
         else
-            srv_error_set(&e, 503, "server_error", "server_stopping", NULL,
-                          "the server is shutting down");
+            srv_error_set(&e, 503, "server_error", "server_stopping", NULL, "the server is shutting down");
         return respond_error(s, c, &e, method, url);
     }
     if (!r->route->post) return on_get(s, c, r, method, url);
@@ -409,9 +406,9 @@ static enum MHD_Result on_headers(struct server *s, struct MHD_Connection *c, st
     return MHD_YES; // the body follows
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size,
+                                  void **con_cls) {
     (void)version;
     struct server *s = cls;
     struct http_req *r = *con_cls;
@@ -428,8 +425,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         if (r->body.len + *upload_size > s->cfg.max_body) {
             // no Content-Length told us before: the body grew past the limit
-            fprintf(stderr, "strata serve: %s %s: body over %zu bytes (--max-body); closing\n",
-                    method, url, s->cfg.max_body);
+            fprintf(stderr, "strata serve: %s %s: body over %zu bytes (--max-body); closing\n", method, url,
+                    s->cfg.max_body);
             return MHD_NO;
         }
         sbuf_append(&r->body, upload, *upload_size);
@@ -462,24 +459,22 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 }
 
 int srv_http_start(struct server *s) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char port[16];
     snprintf(port, sizeof port, "%d", s->cfg.port);
     int rc = getaddrinfo(s->cfg.host, port, &hints, &res);
     if (rc) return st_fail("--host %s: %s", s->cfg.host, gai_strerror(rc));
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     errno = 0;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, // the logger must come first
         MHD_OPTION_EXTERNAL_LOGGER, on_log, s, MHD_OPTION_SOCK_ADDR, res->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     int err = errno;
     freeaddrinfo(res);
     if (!d)

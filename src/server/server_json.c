@@ -24,22 +24,29 @@ static cJSON *error_object(const struct srv_error *e) {
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
-    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
-    else cJSON_AddNullToObject(err, "param");
-    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
-    else cJSON_AddNullToObject(err, "code");
+    if (e->param[0])
+        cJSON_AddStringToObject(err, "param", e->param);
+    else
+        cJSON_AddNullToObject(err, "param");
+    if (e->code)
+        cJSON_AddStringToObject(err, "code", e->code);
+    else
+        cJSON_AddNullToObject(err, "code");
     return root;
 }
 
 char *srv_json_error(const struct srv_error *e) { return print_free(error_object(e)); }
 
-
 static const char *finish_name(enum srv_finish f) {
     switch (f) {
-    case SRV_FINISH_LENGTH: return "length";
-    case SRV_FINISH_TIMEOUT: return "timeout";
-    case SRV_FINISH_TOOLS: return "tool_calls";
-    default: return "stop";
+    case SRV_FINISH_LENGTH:
+        return "length";
+    case SRV_FINISH_TIMEOUT:
+        return "timeout";
+    case SRV_FINISH_TOOLS:
+        return "tool_calls";
+    default:
+        return "stop";
     }
 }
 
@@ -77,8 +84,8 @@ static cJSON *timings_object(const struct srv_job *j) {
 static cJSON *response_head(const struct server *s, const struct srv_job *j, bool chunk) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "id", j->id);
-    const char *object = j->req.kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                 : "text_completion";
+    const char *object =
+        j->req.kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     cJSON_AddStringToObject(root, "object", object);
     cJSON_AddNumberToObject(root, "created", (double)j->created);
     cJSON_AddStringToObject(root, "model", s->model_id);
@@ -124,8 +131,8 @@ static cJSON *token_object(const struct server *s, int32_t prev, int32_t id, flo
 
 // The logprobs object of entries lp[a..b): chat's {"content": [...], "refusal": null}
 // or completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-static cJSON *logprobs_object(const struct server *s, const struct srv_job *j,
-                              const struct srv_logprob *lp, int a, int b) {
+static cJSON *logprobs_object(const struct server *s, const struct srv_job *j, const struct srv_logprob *lp,
+                              int a, int b) {
     cJSON *o = cJSON_CreateObject();
     if (j->req.kind == SRV_CHAT) {
         cJSON *content = cJSON_AddArrayToObject(o, "content");
@@ -163,8 +170,8 @@ static cJSON *logprobs_object(const struct server *s, const struct srv_job *j,
 }
 
 // One choice. text == NULL: no text field (a chat chunk's empty delta).
-static cJSON *choice_object(const struct srv_job *j, int index, bool chunk, const char *text,
-                            size_t len, bool with_role, const char *finish) {
+static cJSON *choice_object(const struct srv_job *j, int index, bool chunk, const char *text, size_t len,
+                            bool with_role, const char *finish) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", index);
     cJSON *str = text ? string_slice(text, len) : NULL;
@@ -176,8 +183,10 @@ static cJSON *choice_object(const struct srv_job *j, int index, bool chunk, cons
         cJSON_AddItemToObject(c, "text", str ? str : cJSON_CreateString(""));
     }
     cJSON_AddNullToObject(c, "logprobs");
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
     return c;
 }
 
@@ -266,8 +275,8 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
         // with tools the text is held until the answer is parsed
         const bool hold = j->req.tools != CHAT_TOOLS_NONE && !ch->done;
         if (!hold && ch->text.len > ch->text_sent && !ch->tool_calls) {
-            cJSON *c = choice_object(j, i, true, ch->text.p + ch->text_sent,
-                                     ch->text.len - ch->text_sent, false, NULL);
+            cJSON *c = choice_object(j, i, true, ch->text.p + ch->text_sent, ch->text.len - ch->text_sent,
+                                     false, NULL);
             int k = lp_until(ch, ch->done ? SIZE_MAX : ch->text.len);
             if (j->req.logprobs >= 0) set_logprobs(c, logprobs_object(s, j, ch->lp, ch->lp_sent, k));
             ch->lp_sent = k;
@@ -303,13 +312,11 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
     return true;
 }
 
-
 void srv_job_error(const struct srv_job *j, double timeout_s, struct srv_error *e) {
     switch (j->finish) {
     case SRV_FINISH_TIMEOUT:
         srv_error_set(e, 503, "server_error", "timeout", NULL,
-                      "the request did not finish within the server's limit of %g s (--timeout)",
-                      timeout_s);
+                      "the request did not finish within the server's limit of %g s (--timeout)", timeout_s);
         break;
     case SRV_FINISH_CANCELLED:
     case SRV_FINISH_SHUTDOWN:
@@ -317,14 +324,12 @@ void srv_job_error(const struct srv_job *j, double timeout_s, struct srv_error *
                       "the request was cancelled: the server is shutting down");
         break;
     default:
-        srv_error_set(e, 500, "server_error", "internal_error", NULL, "generation failed: %s",
-                      j->error);
+        srv_error_set(e, 500, "server_error", "internal_error", NULL, "generation failed: %s", j->error);
         break;
     }
 }
 
-static const char base64_chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char base64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 // n float32 values, little-endian, as base64 (what OpenAI's encoding_format "base64" sends).
 static cJSON *base64_floats(const float *v, int n) {
@@ -381,8 +386,7 @@ static cJSON *model_object(const struct server *s) {
     cJSON_AddNumberToObject(meta, "n_ctx_train", s->sess.model->hp.n_ctx_train);
     cJSON_AddNumberToObject(meta, "n_vocab", s->sess.model->hp.n_vocab);
     cJSON_AddStringToObject(meta, "architecture", s->sess.model->hp.arch);
-    cJSON_AddStringToObject(meta, "chat_template",
-                            s->have_chat ? chat_template_name(s->fmt.kind) : "none");
+    cJSON_AddStringToObject(meta, "chat_template", s->have_chat ? chat_template_name(s->fmt.kind) : "none");
     return m;
 }
 
@@ -424,8 +428,14 @@ char *srv_json_props(const struct server *s) {
     cJSON_AddNumberToObject(d, "repeat_last_n", sp->repeat_last_n);
     cJSON_AddBoolToObject(d, "seed_fixed", s->cfg.seed_given);
     cJSON *f = cJSON_AddArrayToObject(root, "endpoints");
-    static const char *const eps[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                                      "/v1/models", "/props", "/health", "/metrics", "/tokenize",
+    static const char *const eps[] = {"/v1/chat/completions",
+                                      "/v1/completions",
+                                      "/v1/embeddings",
+                                      "/v1/models",
+                                      "/props",
+                                      "/health",
+                                      "/metrics",
+                                      "/tokenize",
                                       "/detokenize"};
     for (size_t i = 0; i < sizeof eps / sizeof *eps; i++) cJSON_AddItemToArray(f, cJSON_CreateString(eps[i]));
     return print_free(root);

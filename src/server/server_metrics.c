@@ -8,11 +8,13 @@
 void srv_metrics_job_locked(struct server *s, const struct srv_job *j) {
     struct srv_metrics *m = &s->metrics;
     const struct gen_stats *st = &j->stats;
-    const bool ok = j->finish == SRV_FINISH_STOP || j->finish == SRV_FINISH_LENGTH ||
-                    j->finish == SRV_FINISH_TOOLS;
+    const bool ok =
+        j->finish == SRV_FINISH_STOP || j->finish == SRV_FINISH_LENGTH || j->finish == SRV_FINISH_TOOLS;
     m->requests++;
-    if (j->finish == SRV_FINISH_CANCELLED) m->requests_cancelled++;
-    else if (!ok) m->requests_failed++;
+    if (j->finish == SRV_FINISH_CANCELLED)
+        m->requests_cancelled++;
+    else if (!ok)
+        m->requests_failed++;
     m->prompt_tokens += (unsigned long long)st->n_prompt;
     m->prompt_tokens_cached += (unsigned long long)st->n_reused;
     m->prompt_seconds += st->t_prompt;
@@ -38,10 +40,9 @@ void srv_metrics_http(struct server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void metric(struct sbuf *b, const char *name, const char *type, const char *help,
-                   double value) {
-    sbuf_printf(b, "# HELP strata_%s %s\n# TYPE strata_%s %s\nstrata_%s %.17g\n", name, help, name,
-                type, name, value);
+static void metric(struct sbuf *b, const char *name, const char *type, const char *help, double value) {
+    sbuf_printf(b, "# HELP strata_%s %s\n# TYPE strata_%s %s\nstrata_%s %.17g\n", name, help, name, type,
+                name, value);
 }
 
 char *srv_metrics_text(struct server *s) {
@@ -50,14 +51,12 @@ char *srv_metrics_text(struct server *s) {
     const int queued = s->n_queued, running = s->n_running;
     pthread_mutex_unlock(&s->mu);
     struct sbuf b = {0};
-    metric(&b, "requests_total", "counter", "Generation requests finished, in any way.",
-           (double)m.requests);
+    metric(&b, "requests_total", "counter", "Generation requests finished, in any way.", (double)m.requests);
     metric(&b, "requests_failed_total", "counter",
            "Generation requests that timed out, failed or were cut by a shutdown.",
            (double)m.requests_failed);
     metric(&b, "requests_cancelled_total", "counter",
-           "Generation requests whose client went away before the end.",
-           (double)m.requests_cancelled);
+           "Generation requests whose client went away before the end.", (double)m.requests_cancelled);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
            (double)m.prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter",
@@ -66,20 +65,18 @@ char *srv_metrics_text(struct server *s) {
     metric(&b, "generated_tokens_total", "counter",
            "Tokens generated and delivered (a client that left does not count what it missed).",
            (double)m.generated_tokens);
-    metric(&b, "prompt_seconds_total", "counter", "Seconds spent evaluating prompts.",
-           m.prompt_seconds);
+    metric(&b, "prompt_seconds_total", "counter", "Seconds spent evaluating prompts.", m.prompt_seconds);
     metric(&b, "generation_seconds_total", "counter", "Seconds spent generating tokens.",
            m.generation_seconds);
-    metric(&b, "prompt_tokens_per_second", "gauge",
-           "Prompt evaluation speed of the latest finished request.", m.last_prompt_tps);
-    metric(&b, "generation_tokens_per_second", "gauge",
-           "Generation speed of the latest finished request.", m.last_generation_tps);
+    metric(&b, "prompt_tokens_per_second", "gauge", "Prompt evaluation speed of the latest finished request.",
+           m.last_prompt_tps);
+    metric(&b, "generation_tokens_per_second", "gauge", "Generation speed of the latest finished request.",
+           m.last_generation_tps);
     metric(&b, "requests_in_flight", "gauge", "Requests being generated now.", running);
     metric(&b, "requests_queued", "gauge", "Requests waiting for the model.", queued);
     sbuf_puts(&b, "# HELP strata_http_responses_total HTTP responses by status class.\n"
                   "# TYPE strata_http_responses_total counter\n");
     for (int c = 1; c <= 5; c++)
-        sbuf_printf(&b, "strata_http_responses_total{class=\"%dxx\"} %llu\n", c,
-                    m.http_responses[c]);
+        sbuf_printf(&b, "strata_http_responses_total{class=\"%dxx\"} %llu\n", c, m.http_responses[c]);
     return b.p;
 }

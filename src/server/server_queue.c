@@ -70,7 +70,11 @@ struct srv_job *srv_job_submit(struct server *s, struct srv_request *req, double
     memset(req, 0, sizeof *req);
     if (j->req.n_choices < 1) j->req.n_choices = 1;
     j->choices = st_xcalloc((size_t)j->req.n_choices, sizeof *j->choices);
-    srv_make_id(s, j->req.kind == SRV_CHAT ? "chatcmpl-" : j->req.kind == SRV_COMPLETION ? "cmpl-" : "embd-", j->id, sizeof j->id);
+    srv_make_id(s,
+                j->req.kind == SRV_CHAT         ? "chatcmpl-"
+                : j->req.kind == SRV_COMPLETION ? "cmpl-"
+                                                : "embd-",
+                j->id, sizeof j->id);
     j->created = (long long)time(NULL);
     j->t_arrival = t_arrival;
     j->deadline = t_arrival + s->cfg.timeout_s;
@@ -86,8 +90,7 @@ struct srv_job *srv_job_submit(struct server *s, struct srv_request *req, double
         pthread_mutex_unlock(&s->mu);
         job_free(j);
         if (stopping)
-            srv_error_set(err, 503, "server_error", "server_stopping", NULL,
-                          "the server is shutting down");
+            srv_error_set(err, 503, "server_error", "server_stopping", NULL, "the server is shutting down");
         else
             srv_error_set(err, 503, "server_error", "server_overloaded", NULL,
                           "the server is busy: %d requests are already waiting (--max-queue); "
@@ -97,8 +100,10 @@ struct srv_job *srv_job_submit(struct server *s, struct srv_request *req, double
     }
     j->refs = 2;
     j->state = SRV_JOB_QUEUED;
-    if (s->tail) s->tail->next = j;
-    else s->head = j;
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
     s->tail = j;
     s->n_queued++;
     pthread_cond_signal(&s->work_cv);
@@ -154,18 +159,18 @@ struct run_state {
     struct srv_job *j;
     struct srv_choice *ch;
     struct text_filter filter;
-    struct sbuf out;           // text released by the current token
-    bool stop_hit;             // a stop string ended the text
+    struct sbuf out; // text released by the current token
+    bool stop_hit;   // a stop string ended the text
     bool timed_out, shutdown;
-    struct grammar_state *gs;  // NULL without a grammar
-    int *count;                // [n_vocab] times each token was generated (penalties)
-    int32_t *seen;             // distinct tokens generated, in order
+    struct grammar_state *gs; // NULL without a grammar
+    int *count;               // [n_vocab] times each token was generated (penalties)
+    int32_t *seen;            // distinct tokens generated, in order
     int n_seen;
-    float *raw;                // [n_vocab] the model's logits of this step (logprobs)
-    float lse;                 // their log-sum-exp
-    struct srv_logprob lp;     // the entry being built
-    int32_t prev;              // the token before the next one
-    size_t offset;             // bytes generated so far
+    float *raw;            // [n_vocab] the model's logits of this step (logprobs)
+    float lse;             // their log-sum-exp
+    struct srv_logprob lp; // the entry being built
+    int32_t prev;          // the token before the next one
+    size_t offset;         // bytes generated so far
 };
 
 // Whether the job must stop now: the client left, shutdown, or the deadline.
@@ -276,13 +281,14 @@ static const char *const finish_names[] = {"stop",  "length",   "cancelled", "ti
 static void log_job(const struct srv_job *j, double t_total) {
     const struct gen_stats *st = &j->stats;
     if (j->req.kind == SRV_EMBEDDING) {
-        fprintf(stderr, "strata serve: %s: %d inputs, %d tokens, %.2f s, %s%s%s\n", j->id,
-                j->req.n_inputs, st->n_prompt, t_total, finish_names[j->finish],
-                j->finish == SRV_FINISH_ERROR ? ": " : "", j->finish == SRV_FINISH_ERROR ? j->error : "");
+        fprintf(stderr, "strata serve: %s: %d inputs, %d tokens, %.2f s, %s%s%s\n", j->id, j->req.n_inputs,
+                st->n_prompt, t_total, finish_names[j->finish], j->finish == SRV_FINISH_ERROR ? ": " : "",
+                j->finish == SRV_FINISH_ERROR ? j->error : "");
         return;
     }
     if (j->finish == SRV_FINISH_CANCELLED) { // an ordinary event, not a failure
-        fprintf(stderr, "strata serve: %s: client disconnected after %d of %d generated tokens "
+        fprintf(stderr,
+                "strata serve: %s: client disconnected after %d of %d generated tokens "
                 "were sent; generation stopped (%.2f s)\n",
                 j->id, j->n_taken < st->n_gen ? j->n_taken : st->n_gen, st->n_gen, t_total);
         return;
@@ -466,8 +472,7 @@ static int worker_load(struct server *s) {
     char key[64];
     uint32_t pooling = 0;
     snprintf(key, sizeof key, "%s.pooling_type", s->sess.model->hp.arch);
-    if (!gguf_find(s->sess.model->gguf, key) || gguf_get_u32(s->sess.model->gguf, key, &pooling))
-        pooling = 0;
+    if (!gguf_find(s->sess.model->gguf, key) || gguf_get_u32(s->sess.model->gguf, key, &pooling)) pooling = 0;
     // 0 (none, or no key): the mean; 4 (rank) and beyond: /v1/embeddings refuses
     s->pooling = pooling == 0 ? 1 : pooling <= 3 ? (int)pooling : -(int)pooling;
     if (session_chat_format(s->sess.model, s->cfg.template_name, &s->fmt) == 0) {
@@ -482,11 +487,10 @@ static int worker_load(struct server *s) {
             return -1;
         }
         snprintf(s->chat_error, sizeof s->chat_error, "%s", st_last_error());
-        fprintf(stderr, "strata serve: warning: %s; /v1/chat/completions is unavailable\n",
-                s->chat_error);
+        fprintf(stderr, "strata serve: warning: %s; /v1/chat/completions is unavailable\n", s->chat_error);
     }
-    fprintf(stderr, "strata serve: model '%s' ready in %.2f s (backend %s, context %d)\n",
-            s->model_id, st_time_s() - t0, s->sess.be->name, s->n_ctx);
+    fprintf(stderr, "strata serve: model '%s' ready in %.2f s (backend %s, context %d)\n", s->model_id,
+            st_time_s() - t0, s->sess.be->name, s->n_ctx);
     return 0;
 }
 

@@ -50,8 +50,8 @@ static const cJSON *member(const cJSON *o, const char *name) {
 }
 
 static int bad_type(struct srv_error *e, const char *param, const char *want, const cJSON *v) {
-    return srv_error_set(e, 400, BAD, "invalid_type", param,
-                         "invalid type for '%s': expected %s, got %s", param, want, type_name(v));
+    return srv_error_set(e, 400, BAD, "invalid_type", param, "invalid type for '%s': expected %s, got %s",
+                         param, want, type_name(v));
 }
 
 static int unsupported(struct srv_error *e, const char *param, const char *why) {
@@ -67,8 +67,7 @@ static int get_number(const cJSON *o, const char *name, double lo, double hi, do
     double x = v->valuedouble;
     if (!isfinite(x) || x < lo || x > hi)
         return srv_error_set(e, 400, BAD, "invalid_value", name,
-                             "invalid value for '%s': %g is out of range [%g, %g]", name, x, lo,
-                             hi);
+                             "invalid value for '%s': %g is out of range [%g, %g]", name, x, lo, hi);
     *out = x;
     return 1;
 }
@@ -83,8 +82,7 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, long 
     if (!isfinite(x) || x != floor(x)) return bad_type(e, name, "an integer", v);
     if (x < lo || x > hi)
         return srv_error_set(e, 400, BAD, "invalid_value", name,
-                             "invalid value for '%s': %.17g is out of range [%.17g, %.17g]", name,
-                             x, lo, hi);
+                             "invalid value for '%s': %.17g is out of range [%.17g, %.17g]", name, x, lo, hi);
     *out = (long long)x;
     return 1;
 }
@@ -120,9 +118,12 @@ static struct json_scan json_scan(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const char c = s[i];
         if (!in_string) {
-            if (c == '"') in_string = true;
-            else if (c == '[' || c == '{') depth++;
-            else if (c == ']' || c == '}') depth--;
+            if (c == '"')
+                in_string = true;
+            else if (c == '[' || c == '{')
+                depth++;
+            else if (c == ']' || c == '}')
+                depth--;
             if (depth > r.max_depth) r.max_depth = depth;
         } else if (c == '"') {
             in_string = false;
@@ -137,8 +138,7 @@ static struct json_scan json_scan(const char *s, size_t n) {
 // Parses body as a JSON object; NULL with err when it is not one.
 static cJSON *parse_body(struct server *s, const char *body, size_t len, struct srv_error *e) {
     if (len == 0) {
-        srv_error_set(e, 400, BAD, "invalid_json", NULL,
-                      "the request body is empty: send a JSON object");
+        srv_error_set(e, 400, BAD, "invalid_json", NULL, "the request body is empty: send a JSON object");
         return NULL;
     }
     if (memchr(body, 0, len) || !utf8_valid(body, len)) {
@@ -166,8 +166,8 @@ static cJSON *parse_body(struct server *s, const char *body, size_t len, struct 
         return NULL;
     }
     if (!cJSON_IsObject(root)) {
-        srv_error_set(e, 400, BAD, "invalid_json", NULL,
-                      "the request body must be a JSON object, not %s", type_name(root));
+        srv_error_set(e, 400, BAD, "invalid_json", NULL, "the request body must be a JSON object, not %s",
+                      type_name(root));
         cJSON_Delete(root);
         return NULL;
     }
@@ -192,8 +192,7 @@ static int parse_stop(const cJSON *root, struct srv_request *r, struct srv_error
         int size = cJSON_GetArraySize(v);
         if (size > SRV_MAX_STOP)
             return srv_error_set(e, 400, BAD, "invalid_value", "stop",
-                                 "'stop' holds %d strings; at most %d are allowed", size,
-                                 SRV_MAX_STOP);
+                                 "'stop' holds %d strings; at most %d are allowed", size, SRV_MAX_STOP);
         const cJSON *it;
         cJSON_ArrayForEach(it, v) items[n++] = it;
     } else {
@@ -205,9 +204,8 @@ static int parse_stop(const cJSON *root, struct srv_request *r, struct srv_error
         if (!cJSON_IsString(items[i])) return bad_type(e, param, "a string", items[i]);
         size_t len = strlen(items[i]->valuestring);
         if (len == 0 || len > SRV_MAX_STOP_LEN)
-            return srv_error_set(e, 400, BAD, "invalid_value", param,
-                                 "'%s' must have 1 to %d bytes, not %zu", param, SRV_MAX_STOP_LEN,
-                                 len);
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' must have 1 to %d bytes, not %zu",
+                                 param, SRV_MAX_STOP_LEN, len);
         r->stop[r->n_stop++] = strdup(items[i]->valuestring);
         ST_ASSERT(r->stop[r->n_stop - 1]);
     }
@@ -215,8 +213,7 @@ static int parse_stop(const cJSON *root, struct srv_request *r, struct srv_error
 }
 
 // logit_bias: {"token id": bias in [-100, 100], ...}.
-static int parse_logit_bias(struct server *s, const cJSON *root, struct srv_request *r,
-                            struct srv_error *e) {
+static int parse_logit_bias(struct server *s, const cJSON *root, struct srv_request *r, struct srv_error *e) {
     const cJSON *lb = member(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb)) return bad_type(e, "logit_bias", "an object", lb);
@@ -237,16 +234,15 @@ static int parse_logit_bias(struct server *s, const cJSON *root, struct srv_requ
                                  n_vocab - 1, it->string);
         if (!cJSON_IsNumber(it)) return bad_type(e, param, "a number", it);
         if (!(it->valuedouble >= -100 && it->valuedouble <= 100))
-            return srv_error_set(e, 400, BAD, "invalid_value", param,
-                                 "'%s': %g is out of range [-100, 100]", param, it->valuedouble);
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s': %g is out of range [-100, 100]",
+                                 param, it->valuedouble);
         r->bias[r->n_bias++] = (struct srv_bias){(int32_t)id, (float)it->valuedouble};
     }
     return 0;
 }
 
 // Sampling, length, streaming and the neutral-only fields shared by both endpoints.
-static int parse_common(struct server *s, const cJSON *root, struct srv_request *r,
-                        struct srv_error *e) {
+static int parse_common(struct server *s, const cJSON *root, struct srv_request *r, struct srv_error *e) {
     struct sampler_params *sp = &r->sp;
     *sp = s->cfg.sp;
     if (!s->cfg.seed_given) sp->seed = srv_random(s);
@@ -278,8 +274,7 @@ static int parse_common(struct server *s, const cJSON *root, struct srv_request 
 
     // max_completion_tokens is the newer name of max_tokens
     r->max_tokens = r->kind == SRV_COMPLETION ? 16 : -1; // OpenAI's defaults
-    const char *len_name = member(root, "max_completion_tokens") ? "max_completion_tokens"
-                                                                 : "max_tokens";
+    const char *len_name = member(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     // larger values than the context holds are clamped to it (after the prompt)
     if ((rc = get_int(root, len_name, 1, MAX_SAFE_INT, &n, e)) < 0) return -1;
     if (rc) r->max_tokens = n > s->n_ctx ? s->n_ctx : (int)n;
@@ -336,11 +331,9 @@ static char *content_parts(const cJSON *arr, int i, struct srv_error *e) {
     return b.p;
 }
 
-static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r,
-                           struct srv_error *e);
+static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r, struct srv_error *e);
 
-static int parse_messages(struct server *s, const cJSON *root, struct srv_request *r,
-                          struct srv_error *e) {
+static int parse_messages(struct server *s, const cJSON *root, struct srv_request *r, struct srv_error *e) {
     if (!s->have_chat)
         return srv_error_set(e, 400, BAD, "no_chat_template", "messages",
                              "%s; restart the server with --template NAME, or use "
@@ -348,8 +341,7 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
                              s->chat_error);
     const cJSON *msgs = member(root, "messages");
     if (!msgs)
-        return srv_error_set(e, 400, BAD, "missing_required_parameter", "messages",
-                             "'messages' is required");
+        return srv_error_set(e, 400, BAD, "missing_required_parameter", "messages", "'messages' is required");
     if (!cJSON_IsArray(msgs)) return bad_type(e, "messages", "an array", msgs);
     const int n = cJSON_GetArraySize(msgs);
     if (n == 0)
@@ -433,8 +425,8 @@ static int parse_messages(struct server *s, const cJSON *root, struct srv_reques
         goto out;
     }
     if (think) fmt.enable_thinking = cJSON_IsTrue(think);
-    char *text = chat_render_tools(&fmt, cm, srv_tools_calls(&tools, n), n,
-                                   (const char *const *)tools.defs, tools.n_defs, true);
+    char *text = chat_render_tools(&fmt, cm, srv_tools_calls(&tools, n), n, (const char *const *)tools.defs,
+                                   tools.n_defs, true);
     r->n_prompt = text ? session_text_tokens(s->sess.model, text, &r->prompt) : -1;
     free(text);
     if (r->n_prompt < 0) {
@@ -461,8 +453,8 @@ out:
 }
 
 // Reads an array of token ids (each < n_vocab) into r->prompt.
-static int prompt_ids(struct server *s, const cJSON *arr, const char *param,
-                      struct srv_request *r, struct srv_error *e) {
+static int prompt_ids(struct server *s, const cJSON *arr, const char *param, struct srv_request *r,
+                      struct srv_error *e) {
     const int n = cJSON_GetArraySize(arr), n_vocab = s->sess.model->hp.n_vocab;
     r->prompt = st_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     int k = 0;
@@ -481,12 +473,9 @@ static int prompt_ids(struct server *s, const cJSON *arr, const char *param,
     return 0;
 }
 
-static int parse_prompt(struct server *s, const cJSON *root, struct srv_request *r,
-                        struct srv_error *e) {
+static int parse_prompt(struct server *s, const cJSON *root, struct srv_request *r, struct srv_error *e) {
     const cJSON *p = member(root, "prompt");
-    if (!p)
-        return srv_error_set(e, 400, BAD, "missing_required_parameter", "prompt",
-                             "'prompt' is required");
+    if (!p) return srv_error_set(e, 400, BAD, "missing_required_parameter", "prompt", "'prompt' is required");
     const char *want = "a string, an array of token ids, or an array holding one of those";
     if (cJSON_IsArray(p)) {
         const cJSON *first = p->child;
@@ -509,16 +498,14 @@ static int parse_prompt(struct server *s, const cJSON *root, struct srv_request 
 }
 
 // Compiles GBNF text into r->grammar; a 400 naming param when it does not compile.
-static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r,
-                           struct srv_error *e) {
+static int compile_grammar(const char *gbnf, const char *param, struct srv_request *r, struct srv_error *e) {
     if (grammar_parse(gbnf, &r->grammar))
         return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s': %s", param, st_last_error());
     return 0;
 }
 
 // logprobs, and what constrains the text: response_format or grammar.
-static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_request *r,
-                        struct srv_error *e) {
+static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_request *r, struct srv_error *e) {
     long long n = 0;
     bool b = false;
     int rc;
@@ -541,8 +528,7 @@ static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_reques
     if (rf) {
         if (!cJSON_IsObject(rf)) return bad_type(e, "response_format", "an object", rf);
         const cJSON *t = member(rf, "type");
-        if (!t || !cJSON_IsString(t))
-            return bad_type(e, "response_format.type", "a string", t ? t : rf);
+        if (!t || !cJSON_IsString(t)) return bad_type(e, "response_format.type", "a string", t ? t : rf);
         type = t->valuestring;
     }
     if (gbnf && strcmp(type, "text"))
@@ -561,8 +547,7 @@ static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_reques
         return bad_type(e, "response_format.json_schema", "an object with a 'schema'", js ? js : rf);
     const cJSON *schema = member(js, "schema");
     if (!schema)
-        return srv_error_set(e, 400, BAD, "missing_required_parameter",
-                             "response_format.json_schema.schema",
+        return srv_error_set(e, 400, BAD, "missing_required_parameter", "response_format.json_schema.schema",
                              "'response_format.json_schema.schema' is required");
     char *text = cJSON_PrintUnformatted(schema);
     ST_ASSERT(text);
@@ -626,8 +611,8 @@ out:
 // --- /v1/embeddings ----------------------------------------------------------------
 
 // One input (a string, or an array of token ids) into input slot k.
-static int embedding_input(struct server *s, const cJSON *v, int k, const char *param,
-                           struct srv_request *r, struct srv_error *e) {
+static int embedding_input(struct server *s, const cJSON *v, int k, const char *param, struct srv_request *r,
+                           struct srv_error *e) {
     struct srv_request tmp = {0};
     if (cJSON_IsString(v)) {
         tmp.n_prompt = session_text_tokens(s->sess.model, v->valuestring, &tmp.prompt);
@@ -645,12 +630,11 @@ static int embedding_input(struct server *s, const cJSON *v, int k, const char *
     }
     r->inputs[k] = tmp.prompt;
     r->n_input_tokens[k] = tmp.n_prompt;
-    if (tmp.n_prompt == 0)
-        return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' is empty", param);
+    if (tmp.n_prompt == 0) return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' is empty", param);
     if (tmp.n_prompt > s->n_ctx)
         return srv_error_set(e, 400, BAD, "context_length_exceeded", param,
-                             "'%s' has %d tokens but the context holds %d (the server's -c)",
-                             param, tmp.n_prompt, s->n_ctx);
+                             "'%s' has %d tokens but the context holds %d (the server's -c)", param,
+                             tmp.n_prompt, s->n_ctx);
     return 0;
 }
 
@@ -735,14 +719,12 @@ char *srv_tokenize(struct server *s, const char *body, size_t len, struct srv_er
     const char *content = NULL;
     bool add_special = false, parse_special = true, with_pieces = false;
     int rc = get_string(root, "content", &content, e);
-    if (rc == 0)
-        srv_error_set(e, 400, BAD, "missing_required_parameter", "content", "'content' is required");
+    if (rc == 0) srv_error_set(e, 400, BAD, "missing_required_parameter", "content", "'content' is required");
     if (rc <= 0 || get_bool(root, "add_special", &add_special, e) < 0 ||
         get_bool(root, "parse_special", &parse_special, e) < 0 ||
         get_bool(root, "with_pieces", &with_pieces, e) < 0)
         goto done;
-    int n = tokenizer_encode(s->sess.model->tok, content, strlen(content), add_special, parse_special,
-                             &ids);
+    int n = tokenizer_encode(s->sess.model->tok, content, strlen(content), add_special, parse_special, &ids);
     if (n < 0) {
         srv_error_set(e, 400, BAD, "invalid_value", "content", "%s", st_last_error());
         goto done;

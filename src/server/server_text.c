@@ -80,12 +80,16 @@ enum utf8_status utf8_check(const unsigned char *s, size_t n, size_t *len) {
         need = 2;
     } else if (c >= 0xE0 && c <= 0xEF) {
         need = 3;
-        if (c == 0xE0) lo = 0xA0;      // no overlongs
-        else if (c == 0xED) hi = 0x9F; // no surrogates
+        if (c == 0xE0)
+            lo = 0xA0; // no overlongs
+        else if (c == 0xED)
+            hi = 0x9F; // no surrogates
     } else if (c >= 0xF0 && c <= 0xF4) {
         need = 4;
-        if (c == 0xF0) lo = 0x90;      // no overlongs
-        else if (c == 0xF4) hi = 0x8F; // nothing above U+10FFFF
+        if (c == 0xF0)
+            lo = 0x90; // no overlongs
+        else if (c == 0xF4)
+            hi = 0x8F; // nothing above U+10FFFF
     } else {
         *len = 1; // a continuation byte, C0/C1 or F5..FF
         return UTF8_BAD;

@@ -45,9 +45,9 @@ void utf8_append_sanitized(struct sbuf *out, const char *s, size_t n);
 struct text_filter {
     const char *const *stop; // [n_stop] borrowed, each non-empty valid UTF-8
     int n_stop;
-    struct sbuf raw;         // bytes of an unfinished UTF-8 sequence (< 4)
-    struct sbuf held;        // valid text kept back: it may begin a stop string
-    bool stopped;            // a stop string was found; nothing more is released
+    struct sbuf raw;  // bytes of an unfinished UTF-8 sequence (< 4)
+    struct sbuf held; // valid text kept back: it may begin a stop string
+    bool stopped;     // a stop string was found; nothing more is released
 };
 
 // Starts a filter for the given stop strings (may be 0 of them). The filter

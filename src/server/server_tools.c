@@ -52,17 +52,20 @@ static int call_rule(struct sbuf *g, const cJSON *def, const char *name, struct 
     free(schema);
     if (!rules)
         return srv_error_set(e, 400, BAD, "invalid_value", param,
-                             "'%s.function.parameters' cannot be enforced for a required call: %s",
-                             param, st_last_error());
+                             "'%s.function.parameters' cannot be enforced for a required call: %s", param,
+                             st_last_error());
     // the name as a JSON string inside a GBNF literal
     cJSON *ns = cJSON_CreateString(member(fn, "name")->valuestring);
     char *json_name = cJSON_PrintUnformatted(ns);
     cJSON_Delete(ns);
     sbuf_printf(g, "%s ::= \"<tool_call>\\n{\\\"name\\\": ", name);
     for (const char *p = json_name; *p; p++) {
-        if (*p == '"' || *p == '\\') sbuf_printf(g, "\\%c", *p);
-        else if ((unsigned char)*p < 0x20) sbuf_printf(g, "\\x%02X", (unsigned char)*p);
-        else sbuf_append(g, p, 1);
+        if (*p == '"' || *p == '\\')
+            sbuf_printf(g, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20)
+            sbuf_printf(g, "\\x%02X", (unsigned char)*p);
+        else
+            sbuf_append(g, p, 1);
     }
     sbuf_printf(g, ", \\\"arguments\\\": \" %s \"}\\n</tool_call>\"\n%s", args, rules);
     free(json_name);
@@ -70,8 +73,8 @@ static int call_rule(struct sbuf *g, const cJSON *def, const char *name, struct 
     return 0;
 }
 
-int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_request *r,
-                      struct srv_tools *t, struct srv_error *e) {
+int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_request *r, struct srv_tools *t,
+                      struct srv_error *e) {
     if (member(root, "functions"))
         return srv_error_set(e, 400, BAD, "unsupported_parameter", "functions",
                              "'functions' (deprecated) is not supported; use 'tools'");
@@ -89,8 +92,8 @@ int srv_tools_request(const cJSON *root, enum chat_template kind, struct srv_req
                              "invalid type for 'tools': expected an array");
     const int n = tools ? cJSON_GetArraySize(tools) : 0;
     if (n > MAX_TOOLS)
-        return srv_error_set(e, 400, BAD, "invalid_value", "tools", "'tools' holds %d tools; at most %d",
-                             n, MAX_TOOLS);
+        return srv_error_set(e, 400, BAD, "invalid_value", "tools", "'tools' holds %d tools; at most %d", n,
+                             MAX_TOOLS);
     // tool_choice: none, auto, required, or {"type": "function", "function": {"name": ...}}
     const char *choice = n ? "auto" : "none", *named = NULL;
     if (tc && cJSON_IsString(tc)) {
@@ -207,8 +210,8 @@ int srv_tools_message(const cJSON *m, int i, int n, enum chat_template kind, str
                                  "'%s' must have a string 'name' and 'arguments' (JSON text)", param);
         char *dumped = chat_json_dumps(args->valuestring, strlen(args->valuestring));
         if (!dumped)
-            return srv_error_set(e, 400, BAD, "invalid_value", param,
-                                 "'%s.arguments' is not valid JSON text", param);
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s.arguments' is not valid JSON text",
+                                 param);
         char *nm = strdup(name->valuestring);
         ST_ASSERT(nm);
         t->all[t->n_all++] = (struct chat_tool_call){nm, dumped};

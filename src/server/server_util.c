@@ -7,8 +7,8 @@
 #include "server/server.h"
 #include "util.h"
 
-int srv_error_set(struct srv_error *e, int status, const char *type, const char *code,
-                  const char *param, const char *fmt, ...) {
+int srv_error_set(struct srv_error *e, int status, const char *type, const char *code, const char *param,
+                  const char *fmt, ...) {
     e->status = status;
     e->type = type;
     e->code = code;

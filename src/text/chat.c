@@ -83,9 +83,9 @@ static void buf_puts(struct chat_buf *b, const char *s) { buf_put(b, s, strlen(s
 
 // Python's str.isspace(), which str.strip() and Jinja's trim filter use.
 static bool py_isspace(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202f || c == 0x205f || c == 0x3000;
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+           c == 0x3000;
 }
 
 // Decodes the UTF-8 sequence at s (n bytes left); returns its length, or 0 when
@@ -226,8 +226,7 @@ static void put_qwen_tool_result(struct chat_buf *b, const struct chat_msg *m, i
 
 // Checks that messages from `start` on alternate user, other, user, ... as the
 // llama2, Mistral and Gemma templates require (their raise_exception).
-static int chat_check_alternation(enum chat_template kind, const struct chat_msg *m, int n,
-                                  int start) {
+static int chat_check_alternation(enum chat_template kind, const struct chat_msg *m, int n, int start) {
     for (int i = start; i < n; i++) {
         if ((m[i].role == CHAT_ROLE_USER) != ((i - start) % 2 == 0))
             return st_fail("chat_render: the %s template needs roles to alternate user/assistant "
@@ -291,8 +290,8 @@ static void render_qwen25(struct chat_buf *b, const struct chat_msg *m, int n, b
     if (gen) buf_puts(b, "<|im_start|>assistant\n");
 }
 
-static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
-                         bool enable_thinking, const struct chat_tools *t) {
+static void render_qwen3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen, bool enable_thinking,
+                         const struct chat_tools *t) {
     // The last user message that is not a tool result is the query; the
     // reasoning of assistant turns after it is kept.
     int last_query = n - 1;
@@ -412,8 +411,7 @@ static void put_llama3_turn(struct chat_buf *b, const char *role, const char *te
     buf_puts(b, "<|eot_id|>");
 }
 
-static void render_llama3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
-                          const char *bos) {
+static void render_llama3(struct chat_buf *b, const struct chat_msg *m, int n, bool gen, const char *bos) {
     for (int i = 0; i < n; i++) {
         if (i == 0) buf_puts(b, bos);
         put_llama3_turn(b, chat_role_names[m[i].role], m[i].text, m[i].len);
@@ -435,8 +433,7 @@ static void render_llama31(struct chat_buf *b, const struct chat_msg *m, int n, 
     if (gen) buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-static int render_mistral_legacy(struct chat_buf *b, const struct chat_msg *m, int n,
-                                 const char *bos) {
+static int render_mistral_legacy(struct chat_buf *b, const struct chat_msg *m, int n, const char *bos) {
     if (chat_check_alternation(CHAT_TEMPLATE_MISTRAL_LEGACY, m, n, 0) < 0 ||
         chat_check_no_late_system(CHAT_TEMPLATE_MISTRAL_LEGACY, m, n) < 0)
         return -1;
@@ -485,8 +482,7 @@ static int render_mistral_v3(struct chat_buf *b, const struct chat_msg *m, int n
                              bool tekken) {
     enum chat_template kind = tekken ? CHAT_TEMPLATE_MISTRAL_V3_TEKKEN : CHAT_TEMPLATE_MISTRAL_V3;
     int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
-    if (chat_check_alternation(kind, m, n, start) < 0 || chat_check_no_late_system(kind, m, n) < 0)
-        return -1;
+    if (chat_check_alternation(kind, m, n, start) < 0 || chat_check_no_late_system(kind, m, n) < 0) return -1;
     buf_puts(b, bos);
     for (int i = start; i < n; i++) {
         if (m[i].role == CHAT_ROLE_USER) {
@@ -533,8 +529,8 @@ static int render_mistral_v7(struct chat_buf *b, const struct chat_msg *m, int n
     return 0;
 }
 
-static int render_gemma(struct chat_buf *b, const struct chat_msg *m, int n, bool gen,
-                        const char *bos, enum chat_template kind) {
+static int render_gemma(struct chat_buf *b, const struct chat_msg *m, int n, bool gen, const char *bos,
+                        enum chat_template kind) {
     int start = n > 0 && m[0].role == CHAT_ROLE_SYSTEM;
     if (start && kind == CHAT_TEMPLATE_GEMMA2)
         return st_fail("chat_render: the gemma2 template does not take a system message (\"System "
@@ -579,8 +575,10 @@ static bool family_writes_bos(enum chat_template kind) {
     case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
     case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN:
     case CHAT_TEMPLATE_GEMMA2:
-    case CHAT_TEMPLATE_GEMMA3: return true;
-    default: return false;
+    case CHAT_TEMPLATE_GEMMA3:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -596,8 +594,10 @@ static bool family_needs_messages(enum chat_template kind) {
     case CHAT_TEMPLATE_MISTRAL_V3:
     case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
     case CHAT_TEMPLATE_GEMMA2:
-    case CHAT_TEMPLATE_GEMMA3: return true;
-    default: return false;
+    case CHAT_TEMPLATE_GEMMA3:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -611,8 +611,8 @@ char *chat_render(const struct chat_format *fmt, const struct chat_message *msgs
 }
 
 char *chat_render_tools(const struct chat_format *fmt, const struct chat_message *msgs,
-                        const struct chat_calls *calls, int n, const char *const *tools,
-                        int n_tools, bool add_generation_prompt) {
+                        const struct chat_calls *calls, int n, const char *const *tools, int n_tools,
+                        bool add_generation_prompt) {
     ST_ASSERT(fmt);
     const struct chat_tools t = {tools, n_tools};
     if ((unsigned)fmt->kind >= CHAT_TEMPLATE_COUNT) {
@@ -656,8 +656,7 @@ char *chat_render_tools(const struct chat_format *fmt, const struct chat_message
     // The messages as roles and lengths, after the default system prompt that
     // opens a conversation whose first message is not a system one (Mistral
     // v7's template shows its default even for no messages).
-    bool add_default =
-        fmt->default_system[0] && (n > 0 || kind == CHAT_TEMPLATE_MISTRAL_V7_TEKKEN);
+    bool add_default = fmt->default_system[0] && (n > 0 || kind == CHAT_TEMPLATE_MISTRAL_V7_TEKKEN);
     struct chat_msg *m = calloc((size_t)n + 1, sizeof(*m));
     if (!m) {
         st_fail("chat_render: out of memory for %d messages", n);
@@ -687,8 +686,8 @@ char *chat_render_tools(const struct chat_format *fmt, const struct chat_message
             free(m);
             return NULL;
         }
-        m[count++] = (struct chat_msg){(enum chat_role)r, msgs[i].content, strlen(msgs[i].content),
-                                       mc.calls, mc.n};
+        m[count++] =
+            (struct chat_msg){(enum chat_role)r, msgs[i].content, strlen(msgs[i].content), mc.calls, mc.n};
     }
 
     struct chat_buf b = {0};
@@ -696,24 +695,52 @@ char *chat_render_tools(const struct chat_format *fmt, const struct chat_message
     const bool gen = add_generation_prompt;
     int rc = 0;
     switch (kind) {
-    case CHAT_TEMPLATE_CHATML: render_chatml(&b, m, count, gen); break;
-    case CHAT_TEMPLATE_QWEN25: render_qwen25(&b, m, count, gen, &t); break;
-    case CHAT_TEMPLATE_QWEN3: render_qwen3(&b, m, count, gen, fmt->enable_thinking, &t); break;
-    case CHAT_TEMPLATE_PHI4: render_phi4(&b, m, count, gen); break;
-    case CHAT_TEMPLATE_LLAMA2: rc = render_llama2(&b, m, count, fmt->bos); break;
-    case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, m, count, gen, fmt->bos); break;
-    case CHAT_TEMPLATE_LLAMA31: render_llama31(&b, m, count, gen, fmt); break;
-    case CHAT_TEMPLATE_MISTRAL_LEGACY: rc = render_mistral_legacy(&b, m, count, fmt->bos); break;
-    case CHAT_TEMPLATE_MISTRAL_V1: rc = render_mistral_v1(&b, m, count, fmt->bos); break;
-    case CHAT_TEMPLATE_MISTRAL_V3: rc = render_mistral_v3(&b, m, count, fmt->bos, false); break;
+    case CHAT_TEMPLATE_CHATML:
+        render_chatml(&b, m, count, gen);
+        break;
+    case CHAT_TEMPLATE_QWEN25:
+        render_qwen25(&b, m, count, gen, &t);
+        break;
+    case CHAT_TEMPLATE_QWEN3:
+        render_qwen3(&b, m, count, gen, fmt->enable_thinking, &t);
+        break;
+    case CHAT_TEMPLATE_PHI4:
+        render_phi4(&b, m, count, gen);
+        break;
+    case CHAT_TEMPLATE_LLAMA2:
+        rc = render_llama2(&b, m, count, fmt->bos);
+        break;
+    case CHAT_TEMPLATE_LLAMA3:
+        render_llama3(&b, m, count, gen, fmt->bos);
+        break;
+    case CHAT_TEMPLATE_LLAMA31:
+        render_llama31(&b, m, count, gen, fmt);
+        break;
+    case CHAT_TEMPLATE_MISTRAL_LEGACY:
+        rc = render_mistral_legacy(&b, m, count, fmt->bos);
+        break;
+    case CHAT_TEMPLATE_MISTRAL_V1:
+        rc = render_mistral_v1(&b, m, count, fmt->bos);
+        break;
+    case CHAT_TEMPLATE_MISTRAL_V3:
+        rc = render_mistral_v3(&b, m, count, fmt->bos, false);
+        break;
     case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
         rc = render_mistral_v3(&b, m, count, fmt->bos, true);
         break;
-    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN: rc = render_mistral_v7(&b, m, count, fmt->bos); break;
+    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN:
+        rc = render_mistral_v7(&b, m, count, fmt->bos);
+        break;
     case CHAT_TEMPLATE_GEMMA2:
-    case CHAT_TEMPLATE_GEMMA3: rc = render_gemma(&b, m, count, gen, fmt->bos, kind); break;
-    case CHAT_TEMPLATE_PHI3: render_phi3(&b, m, count, gen); break;
-    case CHAT_TEMPLATE_COUNT: ST_ASSERT(0); break;
+    case CHAT_TEMPLATE_GEMMA3:
+        rc = render_gemma(&b, m, count, gen, fmt->bos, kind);
+        break;
+    case CHAT_TEMPLATE_PHI3:
+        render_phi3(&b, m, count, gen);
+        break;
+    case CHAT_TEMPLATE_COUNT:
+        ST_ASSERT(0);
+        break;
     }
     free(m);
     if (rc == 0 && b.oom) rc = st_fail("chat_render: out of memory for the %s prompt", family);

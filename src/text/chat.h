@@ -56,10 +56,10 @@ struct chat_format {
     // prompt, as the template does for enable_thinking=false; true (the
     // template's default) writes nothing. Other families ignore it.
     bool enable_thinking;
-    char date_string[32];       // llama3.1: the "Today Date:" text; "" for other families
-    char default_system[4096];  // a system prompt the template uses when the
-                                // conversation has none; "" if none
-    char bos[64];               // text of BOS when the template writes it, else ""
+    char date_string[32];      // llama3.1: the "Today Date:" text; "" for other families
+    char default_system[4096]; // a system prompt the template uses when the
+                               // conversation has none; "" if none
+    char bos[64];              // text of BOS when the template writes it, else ""
 };
 
 // The date a template's strftime_now() sees.
@@ -102,8 +102,8 @@ bool chat_has_tools(enum chat_template kind);
 // (the template prints it with tojson); n_tools may be 0. Fails with a message
 // for a family without tools (chat_has_tools) when any of these is used.
 char *chat_render_tools(const struct chat_format *fmt, const struct chat_message *msgs,
-                        const struct chat_calls *calls, int n, const char *const *tools,
-                        int n_tools, bool add_generation_prompt);
+                        const struct chat_calls *calls, int n, const char *const *tools, int n_tools,
+                        bool add_generation_prompt);
 // JSON text re-written as Python's json.dumps(json.loads(text),
 // ensure_ascii=False) writes it — what the templates' tojson filter prints in
 // transformers — keys in their order, ", " and ": " between items. Numbers

@@ -32,8 +32,8 @@ static const char *const chat_family_names[CHAT_TEMPLATE_COUNT] = {
     [CHAT_TEMPLATE_PHI3] = "phi3",
 };
 
-#define CHAT_KNOWN_FAMILIES                                                                        \
-    "chatml, qwen2.5, qwen3, phi4, llama2, llama3, llama3.1, mistral-legacy, mistral-v1, "         \
+#define CHAT_KNOWN_FAMILIES                                                                                  \
+    "chatml, qwen2.5, qwen3, phi4, llama2, llama3, llama3.1, mistral-legacy, mistral-v1, "                   \
     "mistral-v3, mistral-v3-tekken, mistral-v7-tekken, gemma2, gemma3, phi3"
 
 static const char qwen_default_system[] =
@@ -114,16 +114,39 @@ static size_t literal_escape(const char *q, const char *end, char *out, size_t c
     if (q + 1 >= end) return 0;
     char c;
     switch (q[1]) {
-    case 'n': c = '\n'; break;
-    case 't': c = '\t'; break;
-    case 'r': c = '\r'; break;
-    case 'a': c = '\a'; break;
-    case 'b': c = '\b'; break;
-    case 'f': c = '\f'; break;
-    case 'v': c = '\v'; break;
-    case '\\': case '\'': case '"': c = q[1]; break;
-    case '\n': return 2; // a backslash-newline continues the literal
-    case 'x': case 'u': case 'U': case 'N': return 0;
+    case 'n':
+        c = '\n';
+        break;
+    case 't':
+        c = '\t';
+        break;
+    case 'r':
+        c = '\r';
+        break;
+    case 'a':
+        c = '\a';
+        break;
+    case 'b':
+        c = '\b';
+        break;
+    case 'f':
+        c = '\f';
+        break;
+    case 'v':
+        c = '\v';
+        break;
+    case '\\':
+    case '\'':
+    case '"':
+        c = q[1];
+        break;
+    case '\n':
+        return 2; // a backslash-newline continues the literal
+    case 'x':
+    case 'u':
+    case 'U':
+    case 'N':
+        return 0;
     default:
         if (q[1] >= '0' && q[1] <= '7') return 0;
         out_put(out, cap, o, '\\'); // unknown escapes stay as written
@@ -150,9 +173,12 @@ static int chat_default_system(const char *text, size_t len, char *out, size_t c
         p += sizeof(open) - 1;
         if (quote != '\'' && quote != '"') continue;
         const char *s = p;
-        if (s < end && *s == '\n') s += 1;
-        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n') s += 2;
-        else continue;
+        if (s < end && *s == '\n')
+            s += 1;
+        else if (end - s >= 2 && s[0] == '\\' && s[1] == 'n')
+            s += 2;
+        else
+            continue;
         const char *e = memmem(s, (size_t)(end - s), close, sizeof(close) - 1);
         if (!e) return 0;
         size_t o = 0;
@@ -195,9 +221,9 @@ static int chat_default_system(const char *text, size_t len, char *out, size_t c
 // (the C locale's names, which Python's strftime gives under transformers).
 // Returns 0, or -1 with a message for any other conversion.
 static int date_format(struct chat_date d, const char *fmt, size_t fmt_len, char *out, size_t cap) {
-    static const char *const months[12] = {"January", "February", "March",     "April",
-                                           "May",     "June",     "July",      "August",
-                                           "September", "October", "November", "December"};
+    static const char *const months[12] = {"January",   "February", "March",    "April",
+                                           "May",       "June",     "July",     "August",
+                                           "September", "October",  "November", "December"};
     if (d.month < 1 || d.month > 12 || d.day < 1 || d.day > 31 || d.year < 1 || d.year > 9999)
         return st_fail("chat template: date %d-%d-%d is not a date", d.year, d.month, d.day);
     size_t o = 0;
@@ -207,17 +233,30 @@ static int date_format(struct chat_date d, const char *fmt, size_t fmt_len, char
         if (fmt[i] != '%') {
             tmp[0] = fmt[i], tmp[1] = '\0';
         } else if (++i >= fmt_len) {
-            return st_fail("chat template: strftime_now format \"%.*s\" ends in %%", (int)fmt_len,
-                           fmt);
+            return st_fail("chat template: strftime_now format \"%.*s\" ends in %%", (int)fmt_len, fmt);
         } else {
             switch (fmt[i]) {
-            case 'd': snprintf(tmp, sizeof(tmp), "%02d", d.day); break;
-            case 'm': snprintf(tmp, sizeof(tmp), "%02d", d.month); break;
-            case 'Y': snprintf(tmp, sizeof(tmp), "%d", d.year); break;
-            case 'y': snprintf(tmp, sizeof(tmp), "%02d", d.year % 100); break;
-            case 'b': snprintf(tmp, sizeof(tmp), "%.3s", months[d.month - 1]); break;
-            case 'B': piece = months[d.month - 1]; break;
-            case '%': tmp[0] = '%', tmp[1] = '\0'; break;
+            case 'd':
+                snprintf(tmp, sizeof(tmp), "%02d", d.day);
+                break;
+            case 'm':
+                snprintf(tmp, sizeof(tmp), "%02d", d.month);
+                break;
+            case 'Y':
+                snprintf(tmp, sizeof(tmp), "%d", d.year);
+                break;
+            case 'y':
+                snprintf(tmp, sizeof(tmp), "%02d", d.year % 100);
+                break;
+            case 'b':
+                snprintf(tmp, sizeof(tmp), "%.3s", months[d.month - 1]);
+                break;
+            case 'B':
+                piece = months[d.month - 1];
+                break;
+            case '%':
+                tmp[0] = '%', tmp[1] = '\0';
+                break;
             default:
                 return st_fail("chat template: strftime_now format \"%.*s\" uses %%%c, which this "
                                "engine does not format; choose a family by name",
@@ -262,8 +301,7 @@ static int read_literal(const char **p, const char *end, char *out, size_t cap, 
 // The date text of `strftime_now("FMT")` at its first call in text, formatted
 // for today; returns 1 and fills out, 0 when the template does not call it,
 // -1 with a message.
-static int template_strftime(const char *text, size_t len, struct chat_date today, char *out,
-                             size_t cap) {
+static int template_strftime(const char *text, size_t len, struct chat_date today, char *out, size_t cap) {
     static const char call[] = "strftime_now(";
     const char *end = text + len;
     const char *p = memmem(text, len, call, sizeof(call) - 1);
@@ -283,8 +321,8 @@ static int template_strftime(const char *text, size_t len, struct chat_date toda
 // and the variable `today` (the template's strftime_now date) joined by '+',
 // up to the closing "%}". Returns 1 and fills out, 0 when the text has no such
 // set, -1 with a message when the expression is anything else or too long.
-static int template_set_string(const char *text, size_t len, const char *name,
-                               struct chat_date today, char *out, size_t cap) {
+static int template_set_string(const char *text, size_t len, const char *name, struct chat_date today,
+                               char *out, size_t cap) {
     const char *end = text + len;
     const char *p = text;
     size_t nlen = strlen(name);
@@ -332,8 +370,8 @@ static int template_set_string(const char *text, size_t len, const char *name,
     }
     if (o >= cap) {
         out[0] = '\0';
-        return st_fail("chat template: `%s` is %zu bytes, longer than the %zu this engine keeps",
-                       name, o, cap - 1);
+        return st_fail("chat template: `%s` is %zu bytes, longer than the %zu this engine keeps", name, o,
+                       cap - 1);
     }
     out[o] = '\0';
     return 1;
@@ -393,8 +431,7 @@ static int detect_chatml(const char *text, size_t len, struct chat_format *out) 
 }
 
 // An [INST] template: Llama 2 or one of Mistral's.
-static int detect_inst(const char *text, size_t len, struct chat_date today,
-                       struct chat_format *out) {
+static int detect_inst(const char *text, size_t len, struct chat_date today, struct chat_format *out) {
     static const char mistral_names[] =
         "mistral-legacy, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7-tekken";
     if (text_has(text, len, "<<SYS>>")) {
@@ -408,12 +445,14 @@ static int detect_inst(const char *text, size_t len, struct chat_date today,
             !text_has(text, len, "messages|length > 0 and messages[0]['role'] == 'system'"))
             return refuse_variant(text, len, "a Mistral [SYSTEM_PROMPT] template", mistral_names);
         format_init(out, CHAT_TEMPLATE_MISTRAL_V7_TEKKEN);
-        int rc = template_set_string(text, len, "default_system_message", today,
-                                     out->default_system, sizeof(out->default_system));
+        int rc = template_set_string(text, len, "default_system_message", today, out->default_system,
+                                     sizeof(out->default_system));
         if (rc < 0) return -1;
         if (rc == 0)
-            return refuse_variant(text, len, "a Mistral [SYSTEM_PROMPT] template without "
-                                  "default_system_message", mistral_names);
+            return refuse_variant(text, len,
+                                  "a Mistral [SYSTEM_PROMPT] template without "
+                                  "default_system_message",
+                                  mistral_names);
         return 0;
     }
     if (text_has(text, len, "[AVAILABLE_TOOLS]")) {
@@ -437,8 +476,7 @@ static int detect_inst(const char *text, size_t len, struct chat_date today,
         return 0;
     }
     if (!text_has(text, len, "system_message") && text_has(text, len, "'[INST] '") &&
-        text_has(text, len, "' [/INST]'") &&
-        text_has(text, len, "{{ message['content'] + eos_token}}")) {
+        text_has(text, len, "' [/INST]'") && text_has(text, len, "{{ message['content'] + eos_token}}")) {
         format_init(out, CHAT_TEMPLATE_MISTRAL_LEGACY);
         return 0;
     }
@@ -464,8 +502,7 @@ int chat_detect_on(const char *text, size_t len, struct chat_date today, struct 
             // Llama 3.0's turn; function-calling templates (firefunction,
             // functionary) that add system text of their own lack it.
             if (!text_has(text, len, "message['content'] | trim + '<|eot_id|>'"))
-                return refuse_variant(text, len, "a <|start_header_id|> template",
-                                      "llama3, llama3.1");
+                return refuse_variant(text, len, "a <|start_header_id|> template", "llama3, llama3.1");
             format_init(out, CHAT_TEMPLATE_LLAMA3);
             return 0;
         }
@@ -477,8 +514,7 @@ int chat_detect_on(const char *text, size_t len, struct chat_date today, struct 
             rc = template_set_string(text, len, "date_string", today, out->date_string,
                                      sizeof(out->date_string));
         if (rc < 0) return -1;
-        if (rc == 0)
-            return refuse_variant(text, len, "a Llama 3.1 template without a date", "llama3.1");
+        if (rc == 0) return refuse_variant(text, len, "a Llama 3.1 template without a date", "llama3.1");
         return 0;
     }
     if (text_has(text, len, "<start_of_turn>")) {
@@ -493,8 +529,7 @@ int chat_detect_on(const char *text, size_t len, struct chat_date today, struct 
     }
     char preview[256];
     text_preview(text, len, preview, sizeof(preview));
-    return st_fail("chat template \"%s\" is of no known family (" CHAT_KNOWN_FAMILIES
-                   "); choose one by name",
+    return st_fail("chat template \"%s\" is of no known family (" CHAT_KNOWN_FAMILIES "); choose one by name",
                    preview);
 }
 

@@ -17,16 +17,32 @@ static void dumps_string(struct sbuf *b, const char *s) {
     sbuf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': sbuf_puts(b, "\\\""); break;
-        case '\\': sbuf_puts(b, "\\\\"); break;
-        case '\n': sbuf_puts(b, "\\n"); break;
-        case '\r': sbuf_puts(b, "\\r"); break;
-        case '\t': sbuf_puts(b, "\\t"); break;
-        case '\b': sbuf_puts(b, "\\b"); break;
-        case '\f': sbuf_puts(b, "\\f"); break;
+        case '"':
+            sbuf_puts(b, "\\\"");
+            break;
+        case '\\':
+            sbuf_puts(b, "\\\\");
+            break;
+        case '\n':
+            sbuf_puts(b, "\\n");
+            break;
+        case '\r':
+            sbuf_puts(b, "\\r");
+            break;
+        case '\t':
+            sbuf_puts(b, "\\t");
+            break;
+        case '\b':
+            sbuf_puts(b, "\\b");
+            break;
+        case '\f':
+            sbuf_puts(b, "\\f");
+            break;
         default:
-            if (*p < 0x20) sbuf_printf(b, "\\u%04x", *p);
-            else sbuf_append(b, p, 1);
+            if (*p < 0x20)
+                sbuf_printf(b, "\\u%04x", *p);
+            else
+                sbuf_append(b, p, 1);
         }
     }
     sbuf_puts(b, "\"");
@@ -87,12 +103,16 @@ char *chat_json_dumps(const char *json, size_t len) {
 enum chat_tool_syntax chat_tool_syntax(enum chat_template kind) {
     switch (kind) {
     case CHAT_TEMPLATE_QWEN25:
-    case CHAT_TEMPLATE_QWEN3: return CHAT_TOOLS_QWEN;
-    case CHAT_TEMPLATE_LLAMA31: return CHAT_TOOLS_LLAMA31;
+    case CHAT_TEMPLATE_QWEN3:
+        return CHAT_TOOLS_QWEN;
+    case CHAT_TEMPLATE_LLAMA31:
+        return CHAT_TOOLS_LLAMA31;
     case CHAT_TEMPLATE_MISTRAL_V3:
     case CHAT_TEMPLATE_MISTRAL_V3_TEKKEN:
-    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN: return CHAT_TOOLS_MISTRAL;
-    default: return CHAT_TOOLS_NONE;
+    case CHAT_TEMPLATE_MISTRAL_V7_TEKKEN:
+        return CHAT_TOOLS_MISTRAL;
+    default:
+        return CHAT_TOOLS_NONE;
     }
 }
 
@@ -103,9 +123,12 @@ static bool add_call(cJSON *out, const cJSON *call, const char *args_key) {
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, args_key);
     if (!cJSON_IsObject(call) || !cJSON_IsString(name) || !name->valuestring[0]) return false;
     char *text = NULL;
-    if (!args) text = strdup("{}");
-    else if (cJSON_IsObject(args)) text = cJSON_PrintUnformatted(args);
-    else if (cJSON_IsString(args)) text = strdup(args->valuestring); // already a JSON string
+    if (!args)
+        text = strdup("{}");
+    else if (cJSON_IsObject(args))
+        text = cJSON_PrintUnformatted(args);
+    else if (cJSON_IsString(args))
+        text = strdup(args->valuestring); // already a JSON string
     if (!text) return false;
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "name", name->valuestring);

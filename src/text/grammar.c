@@ -101,8 +101,8 @@ static struct frame *frame_intern(struct grammar_state *s, const struct gelem *p
         for (size_t i = 0; i < s->fhash_cap; i++) {
             for (struct frame *x = s->fhash[i], *nx; x; x = nx) {
                 nx = x->hnext;
-                size_t nb = mix((uint64_t)(uintptr_t)x->pos * 31 + (uint64_t)(uintptr_t)x->parent) &
-                            (cap - 1);
+                size_t nb =
+                    mix((uint64_t)(uintptr_t)x->pos * 31 + (uint64_t)(uintptr_t)x->parent) & (cap - 1);
                 x->hnext = t[nb];
                 t[nb] = x;
             }
@@ -154,7 +154,7 @@ static void expand(struct grammar_state *s, const struct gelem *pos, struct fram
 }
 
 static int ptr_cmp(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t)*(struct frame *const *)a, y = (uintptr_t)*(struct frame *const *)b;
+    uintptr_t x = (uintptr_t) * (struct frame *const *)a, y = (uintptr_t) * (struct frame *const *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -171,8 +171,7 @@ static int state_intern(struct grammar_state *s) {
     int *head = &s->shash[hash & (STATE_BUCKETS - 1)];
     for (int i = *head; i >= 0; i = s->states[i].hnext) {
         const struct gstate *st = &s->states[i];
-        if (st->hash == hash && st->n == n && !memcmp(st->f, s->tmp, sizeof *s->tmp * (size_t)n))
-            return i;
+        if (st->hash == hash && st->n == n && !memcmp(st->f, s->tmp, sizeof *s->tmp * (size_t)n)) return i;
     }
     if (s->n_states == s->cap_states) { // flushes happen between walks, never inside one
         s->cap_states *= 2;
@@ -426,4 +425,3 @@ int grammar_accept_token(struct grammar_state *s, const struct grammar_vocab *v,
     if (!v->bytes[id]) return -1;
     return grammar_state_accept(s, v->bytes[id], (size_t)v->len[id]);
 }
-

@@ -156,8 +156,7 @@ static int cp_cmp(const void *a, const void *b) {
 }
 
 // A helper rule matching one code point of the ranges (negated: any other).
-static int class_rule(struct grammar *g, const char *parent, struct cp_range *rg, int n,
-                      bool negate) {
+static int class_rule(struct grammar *g, const char *parent, struct cp_range *rg, int n, bool negate) {
     qsort(rg, (size_t)n, sizeof *rg, cp_cmp);
     struct cp_range merged[n + 2], out[2 * n + 4];
     int m = 0, k = 0;
@@ -226,16 +225,17 @@ static void skip_space(struct parser *ps, bool nl) {
 }
 
 static bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
 static int hex_value(struct parser *ps, int digits, uint32_t *out) {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
         char c = *ps->p++;
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return perr(ps, "a \\x, \\u or \\U escape needs hexadecimal digits");
         v = v * 16 + (uint32_t)d;
     }
@@ -251,14 +251,32 @@ static int parse_char(struct parser *ps, uint32_t *out) {
         ps->p++;
         char c = *ps->p++;
         switch (c) {
-        case 'n': *out = '\n'; return 0;
-        case 'r': *out = '\r'; return 0;
-        case 't': *out = '\t'; return 0;
-        case '\\': case '"': case '[': case ']': case '-': case '^': *out = (uint32_t)c; return 0;
-        case 'x': return hex_value(ps, 2, out);
-        case 'u': return hex_value(ps, 4, out);
-        case 'U': return hex_value(ps, 8, out);
-        default: ps->p--; return perr(ps, "unknown escape in a literal or class");
+        case 'n':
+            *out = '\n';
+            return 0;
+        case 'r':
+            *out = '\r';
+            return 0;
+        case 't':
+            *out = '\t';
+            return 0;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+            *out = (uint32_t)c;
+            return 0;
+        case 'x':
+            return hex_value(ps, 2, out);
+        case 'u':
+            return hex_value(ps, 4, out);
+        case 'U':
+            return hex_value(ps, 8, out);
+        default:
+            ps->p--;
+            return perr(ps, "unknown escape in a literal or class");
         }
     }
     int n = *u < 0x80 ? 1 : *u >= 0xF0 ? 4 : *u >= 0xE0 ? 3 : *u >= 0xC0 ? 2 : 0;
@@ -379,8 +397,10 @@ static int parse_sequence(struct parser *ps, int r, const char *name, bool neste
             if (h < 0) return perr(ps, "a character class that matches no character");
             // a class of single bytes is one element
             const struct grule *hr = &g->rules[h];
-            if (hr->n == 3 && hr->e[0].kind == G_BYTES) rule_push(&g->rules[r], G_BYTES, hr->e[0].arg);
-            else rule_push(&g->rules[r], G_REF, h);
+            if (hr->n == 3 && hr->e[0].kind == G_BYTES)
+                rule_push(&g->rules[r], G_BYTES, hr->e[0].arg);
+            else
+                rule_push(&g->rules[r], G_REF, h);
         } else if (c == '(') {
             ps->p++;
             int h = rule_helper(g, name);
@@ -407,8 +427,10 @@ static int parse_sequence(struct parser *ps, int r, const char *name, bool neste
             struct gelem x = g->rules[r].e[last_start];
             int min = 0, max = -1;
             ps->p++;
-            if (c == '+') min = 1;
-            else if (c == '?') max = 1;
+            if (c == '+')
+                min = 1;
+            else if (c == '?')
+                max = 1;
             else if (c == '{') {
                 skip_space(ps, false);
                 if (parse_int(ps, &min)) return -1;
@@ -475,8 +497,7 @@ static void nullable_rules(const struct grammar *g, bool *nullable) {
 }
 
 // Finds left recursion: a rule that can reach itself without matching a byte.
-static int left_recursion(const struct grammar *g, const bool *nullable, int r, int *mark,
-                          int *cycle) {
+static int left_recursion(const struct grammar *g, const bool *nullable, int r, int *mark, int *cycle) {
     if (mark[r] == 1) return *cycle = r, 1;
     if (mark[r] == 2) return 0;
     mark[r] = 1;
@@ -560,4 +581,3 @@ int grammar_parse(const char *text, struct grammar **out) {
     *out = g;
     return 0;
 }
-

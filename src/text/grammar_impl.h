@@ -43,5 +43,4 @@ struct grammar {
     int root;
 };
 
-
 #endif

@@ -17,24 +17,24 @@
 #include "text/grammar.h"
 #include "util.h"
 
-#define PRIMITIVES                                                                              \
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"                                                    \
-    "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"     \
-    "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"                                              \
-    "json-int ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"                                          \
-    "json-number ::= json-int (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"                    \
-    "json-bool ::= \"true\" | \"false\"\n"                                                       \
-    "json-null ::= \"null\"\n"                                                                   \
-    "json-value ::= json-object | json-array | json-string | json-number | json-bool | json-null\n" \
-    "json-object ::= \"{\" ws (json-member (\",\" ws json-member)*)? \"}\" ws\n"                  \
-    "json-member ::= json-string ws \":\" ws json-value ws\n"                                     \
+#define PRIMITIVES                                                                                           \
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"                                                                \
+    "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"                \
+    "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"                                                         \
+    "json-int ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n"                                                      \
+    "json-number ::= json-int (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"                               \
+    "json-bool ::= \"true\" | \"false\"\n"                                                                   \
+    "json-null ::= \"null\"\n"                                                                               \
+    "json-value ::= json-object | json-array | json-string | json-number | json-bool | json-null\n"          \
+    "json-object ::= \"{\" ws (json-member (\",\" ws json-member)*)? \"}\" ws\n"                             \
+    "json-member ::= json-string ws \":\" ws json-value ws\n"                                                \
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\" ws\n"
 
 const char grammar_json_object[] = "root ::= ws json-object\n" PRIMITIVES;
 const char grammar_json_primitives[] = PRIMITIVES;
 
 struct conv {
-    struct sbuf out;   // rules written so far
+    struct sbuf out;      // rules written so far
     const char *refs[64]; // $ref targets given a rule (ref-<i>), so recursion ends
     int n_refs;
     const cJSON *root; // for $ref
@@ -44,8 +44,7 @@ struct conv {
     const char *prefix; // of every rule name
 };
 
-static int fail(struct conv *c, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int fail(struct conv *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(struct conv *c, const char *path, const char *fmt, ...) {
     if (c->err[0]) return -1;
     char msg[160];
@@ -61,9 +60,12 @@ static int fail(struct conv *c, const char *path, const char *fmt, ...) {
 static void put_literal(struct sbuf *b, const char *s) {
     sbuf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') sbuf_printf(b, "\\%c", *p);
-        else if (*p < 0x20) sbuf_printf(b, "\\x%02X", *p);
-        else sbuf_append(b, p, 1);
+        if (*p == '"' || *p == '\\')
+            sbuf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            sbuf_printf(b, "\\x%02X", *p);
+        else
+            sbuf_append(b, p, 1);
     }
     sbuf_puts(b, "\"");
 }
@@ -78,12 +80,13 @@ static void put_json_literal(struct sbuf *b, const cJSON *v) {
 
 static int node(struct conv *c, const cJSON *s, const char *path, char *name, size_t cap);
 
-static const char *const ignored_keys[] = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
-    "definitions", "strict", "readOnly", "writeOnly", "deprecated", "nullable", NULL};
-static const char *const known_keys[] = {
-    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", NULL};
+static const char *const ignored_keys[] = {"title",    "description", "default",    "examples",    "$schema",
+                                           "$id",      "$comment",    "$defs",      "definitions", "strict",
+                                           "readOnly", "writeOnly",   "deprecated", "nullable",    NULL};
+static const char *const known_keys[] = {"type",      "properties", "required", "additionalProperties",
+                                         "items",     "minItems",   "maxItems", "minLength",
+                                         "maxLength", "enum",       "const",    "anyOf",
+                                         "oneOf",     "$ref",       NULL};
 
 static bool in_list(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -91,8 +94,7 @@ static bool in_list(const char *k, const char *const *list) {
     return false;
 }
 
-static int get_count(struct conv *c, const cJSON *s, const char *key, const char *path, int dflt,
-                     int *out) {
+static int get_count(struct conv *c, const cJSON *s, const char *key, const char *path, int dflt, int *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
     *out = dflt;
     if (!v) return 0;
@@ -104,8 +106,7 @@ static int get_count(struct conv *c, const cJSON *s, const char *key, const char
 }
 
 // The rule for one type name of s (which may carry that type's keywords).
-static int type_rule(struct conv *c, const cJSON *s, const char *type, const char *path,
-                     struct sbuf *body) {
+static int type_rule(struct conv *c, const cJSON *s, const char *type, const char *path, struct sbuf *body) {
     if (!strcmp(type, "string")) {
         int lo, hi;
         if (get_count(c, s, "minLength", path, 0, &lo) || get_count(c, s, "maxLength", path, -1, &hi))
@@ -114,8 +115,10 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
             sbuf_puts(body, "json-string");
         } else {
             if (hi >= 0 && hi < lo) return fail(c, path, "maxLength is below minLength");
-            if (hi >= 0) sbuf_printf(body, "\"\\\"\" json-char{%d,%d} \"\\\"\"", lo, hi);
-            else sbuf_printf(body, "\"\\\"\" json-char{%d,} \"\\\"\"", lo);
+            if (hi >= 0)
+                sbuf_printf(body, "\"\\\"\" json-char{%d,%d} \"\\\"\"", lo, hi);
+            else
+                sbuf_printf(body, "\"\\\"\" json-char{%d,} \"\\\"\"", lo);
         }
     } else if (!strcmp(type, "number")) {
         sbuf_puts(body, "json-number");
@@ -138,8 +141,10 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
         // the first item, then ("," item) for the others
         char more[32];
         const int min_more = lo > 1 ? lo - 1 : 0;
-        if (hi < 0) snprintf(more, sizeof more, "{%d,}", min_more);
-        else snprintf(more, sizeof more, "{%d,%d}", min_more, hi > 0 ? hi - 1 : 0);
+        if (hi < 0)
+            snprintf(more, sizeof more, "{%d,}", min_more);
+        else
+            snprintf(more, sizeof more, "{%d,%d}", min_more, hi > 0 ? hi - 1 : 0);
         if (hi == 0)
             sbuf_puts(body, "\"[\" ws \"]\"");
         else if (lo == 0)
@@ -153,8 +158,9 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
         if (props && !cJSON_IsObject(props)) return fail(c, path, "'properties' must be an object");
         if (req && !cJSON_IsArray(req)) return fail(c, path, "'required' must be an array");
         if (ap && !cJSON_IsBool(ap))
-            return fail(c, path, "additionalProperties as a schema is not supported (only true "
-                                 "or false)");
+            return fail(c, path,
+                        "additionalProperties as a schema is not supported (only true "
+                        "or false)");
         const bool extra = !ap || cJSON_IsTrue(ap);
         if (!props && extra) {
             sbuf_puts(body, "json-object");
@@ -167,8 +173,7 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
         cJSON_ArrayForEach(r, req) {
             if (!cJSON_IsString(r)) return fail(c, path, "'required' must hold strings");
             if (!cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
-                return fail(c, path, "the required property '%.60s' is not in 'properties'",
-                            r->valuestring);
+                return fail(c, path, "the required property '%.60s' is not in 'properties'", r->valuestring);
         }
         // kv rules, then T_i(first) chains: T_i = sep kv_i T_{i+1}(false) [| T_{i+1}(first)]
         char kv[64][64];
@@ -205,8 +210,7 @@ static int type_rule(struct conv *c, const cJSON *s, const char *type, const cha
                     continue;
                 }
                 sbuf_printf(&c->out, "%s%s %sr%d", sep, kv[k], c->prefix, base + 2 * (k + 1));
-                if (!required[k])
-                    sbuf_printf(&c->out, " | %sr%d", c->prefix, base + 2 * (k + 1) + first);
+                if (!required[k]) sbuf_printf(&c->out, " | %sr%d", c->prefix, base + 2 * (k + 1) + first);
                 sbuf_puts(&c->out, "\n");
             }
         }
@@ -250,7 +254,9 @@ static int node(struct conv *c, const cJSON *s, const char *path, char *name, si
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (ref) {
         const char *r = cJSON_IsString(ref) ? ref->valuestring : "";
-        const char *pre = !strncmp(r, "#/$defs/", 8) ? "$defs" : !strncmp(r, "#/definitions/", 14) ? "definitions" : NULL;
+        const char *pre = !strncmp(r, "#/$defs/", 8)          ? "$defs"
+                          : !strncmp(r, "#/definitions/", 14) ? "definitions"
+                                                              : NULL;
         const cJSON *defs = pre ? cJSON_GetObjectItemCaseSensitive(c->root, pre) : NULL;
         const cJSON *target = defs ? cJSON_GetObjectItemCaseSensitive(defs, strchr(r + 2, '/') + 1) : NULL;
         if (!target) {

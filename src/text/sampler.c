@@ -43,15 +43,15 @@ struct sampler_cand {
 struct sampler {
     struct sampler_params p;
     int n_vocab;
-    uint64_t rng[4];            // xoshiro256** state
-    int32_t *recent;            // [repeat_last_n] ring of accepted tokens
-    int n_recent;               // filled entries of recent
-    int recent_next;            // slot the next accepted token goes to
-    uint32_t *penalised;        // [n_vocab] stamp: == epoch when penalised this call
+    uint64_t rng[4];     // xoshiro256** state
+    int32_t *recent;     // [repeat_last_n] ring of accepted tokens
+    int n_recent;        // filled entries of recent
+    int recent_next;     // slot the next accepted token goes to
+    uint32_t *penalised; // [n_vocab] stamp: == epoch when penalised this call
     uint32_t epoch;
-    struct sampler_cand *cand;  // [n_vocab] candidates, best first once sorted
-    double *weight;             // [n_vocab] unnormalised probabilities of cand (or of
-                                // the tokens in id order when nothing is filtered)
+    struct sampler_cand *cand; // [n_vocab] candidates, best first once sorted
+    double *weight;            // [n_vocab] unnormalised probabilities of cand (or of
+                               // the tokens in id order when nothing is filtered)
 };
 
 // --- random numbers ----------------------------------------------------------
@@ -132,8 +132,7 @@ struct sampler *sampler_init(const struct sampler_params *p, int n_vocab) {
     s->weight = malloc(n * sizeof(double));
     if (!s->recent || !s->penalised || !s->cand || !s->weight) {
         sampler_free(s);
-        st_fail("sampler: out of memory for n_vocab = %d, repeat_last_n = %d", n_vocab,
-                p->repeat_last_n);
+        st_fail("sampler: out of memory for n_vocab = %d, repeat_last_n = %d", n_vocab, p->repeat_last_n);
         return NULL;
     }
     return s;
@@ -243,7 +242,11 @@ static int select_mass(struct sampler_cand *c, double *w, int n, double target) 
     while (hi - lo > 32) {
         int mid = lo + (hi - lo) / 2, a = lo, b = mid, d = hi - 1;
         // Median of three as pivot, moved to hi - 1.
-        if (cand_better(c[b], c[a])) { int t = a; a = b; b = t; }
+        if (cand_better(c[b], c[a])) {
+            int t = a;
+            a = b;
+            b = t;
+        }
         if (cand_better(c[d], c[b])) b = cand_better(c[d], c[a]) ? a : d;
         cand_swap(c, w, b, hi - 1);
         struct sampler_cand pivot = c[hi - 1];
@@ -309,8 +312,10 @@ int32_t sampler_sample(struct sampler *s, float *logits) {
         lmax = -INFINITY;
         for (int i = 0; i < n_vocab; i++) {
             float l = logits[i];
-            if (isnan(l)) l = -INFINITY;
-            else if (l == INFINITY) l = FLT_MAX;
+            if (isnan(l))
+                l = -INFINITY;
+            else if (l == INFINITY)
+                l = FLT_MAX;
             logits[i] = l;
             lmax = l > lmax ? l : lmax;
         }

@@ -192,4 +192,3 @@ int tok_utf8_encode(uint32_t cp, char *out) {
     out[3] = (char)(0x80 | (cp & 0x3f));
     return 4;
 }
-

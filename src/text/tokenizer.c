@@ -19,8 +19,9 @@
 
 // Texts of control tokens that end a turn (llama.cpp's list of EOG tokens).
 static const char *const EOG_TEXTS[] = {
-    "<|eot_id|>", "<|im_end|>",      "<|end|>",           "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>",      "<|end_of_text|>", "<end_of_utterance>", "<|return|>",    "<|call|>",
+    "<|eot_id|>",         "<|im_end|>", "<|end|>",  "<end_of_turn>",
+    "<|endoftext|>",      "<|eom_id|>", "<EOT>",    "<|end_of_text|>",
+    "<end_of_utterance>", "<|return|>", "<|call|>",
 };
 
 static int read_tokens(struct tokenizer *t, const struct gguf_file *f) {
@@ -37,7 +38,8 @@ static int read_tokens(struct tokenizer *t, const struct gguf_file *f) {
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t len = toks->items[i].v.str.len;
-        if (len > UINT32_MAX) return st_fail("%s: token %d is %llu bytes long", f->path, i, (unsigned long long)len);
+        if (len > UINT32_MAX)
+            return st_fail("%s: token %d is %llu bytes long", f->path, i, (unsigned long long)len);
         total += len + 1;
     }
     t->text = malloc(total);
@@ -57,7 +59,8 @@ static int read_tokens(struct tokenizer *t, const struct gguf_file *f) {
         t->text_len[i] = (uint32_t)s->len;
         int32_t dup = tok_strmap_put(&t->vocab, t->text + off, s->len, i);
         if (dup >= 0)
-            return st_fail("%s: '" KEY_TOKENS "': tokens %d and %d are both '%.*s'; a vocabulary needs distinct tokens",
+            return st_fail("%s: '" KEY_TOKENS
+                           "': tokens %d and %d are both '%.*s'; a vocabulary needs distinct tokens",
                            f->path, dup, i, (int)s->len, s->data);
         off += s->len + 1;
     }
@@ -74,8 +77,8 @@ static int read_tokens(struct tokenizer *t, const struct gguf_file *f) {
             ty = gguf_array_int(types, i);
         }
         if (ty < TOK_TYPE_NORMAL || ty > TOK_TYPE_BYTE)
-            return st_fail("%s: '" KEY_TYPES "'[%d] = %lld is not a token type (1 normal .. 6 byte)", f->path, i,
-                           (long long)ty);
+            return st_fail("%s: '" KEY_TYPES "'[%d] = %lld is not a token type (1 normal .. 6 byte)", f->path,
+                           i, (long long)ty);
         t->type[i] = (uint8_t)ty;
     }
 
@@ -97,13 +100,15 @@ static int read_tokens(struct tokenizer *t, const struct gguf_file *f) {
 }
 
 // Reads an optional token id key into *id (left as is when absent).
-static int read_special_id(const struct tokenizer *t, const struct gguf_file *f, const char *key, int32_t *id) {
+static int read_special_id(const struct tokenizer *t, const struct gguf_file *f, const char *key,
+                           int32_t *id) {
     uint32_t v;
     int rc = gguf_get_u32(f, key, &v);
     if (rc < 0) return -1;
     if (rc > 0) return 0;
     if (v >= (uint32_t)t->n_vocab)
-        return st_fail("%s: %s = %u is out of range: the vocabulary has %d tokens", f->path, key, v, t->n_vocab);
+        return st_fail("%s: %s = %u is out of range: the vocabulary has %d tokens", f->path, key, v,
+                       t->n_vocab);
     *id = (int32_t)v;
     return 0;
 }
@@ -135,14 +140,16 @@ static int read_specials(struct tokenizer *t, const struct gguf_file *f, bool de
         {"tokenizer.ggml.padding_token_id", offsetof(struct tokenizer, pad)},
         {"tokenizer.ggml.eot_token_id", offsetof(struct tokenizer, eot)},
         {"tokenizer.ggml.eom_token_id", offsetof(struct tokenizer, eom)},
-        {"tokenizer.ggml.seperator_token_id", offsetof(struct tokenizer, sep)}, // sic: the GGUF key's spelling
+        {"tokenizer.ggml.seperator_token_id",
+         offsetof(struct tokenizer, sep)}, // sic: the GGUF key's spelling
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (read_special_id(t, f, ids[i].key, (int32_t *)((char *)t + ids[i].field))) return -1;
     if (read_flag(f, "tokenizer.ggml.add_bos_token", &t->add_bos) ||
         read_flag(f, "tokenizer.ggml.add_eos_token", &t->add_eos))
         return -1;
-    if (t->kind == TOK_KIND_SPM && read_flag(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix)) return -1;
+    if (t->kind == TOK_KIND_SPM && read_flag(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))
+        return -1;
     if (t->add_bos && t->bos < 0)
         return st_fail("%s: tokenizer.ggml.add_bos_token is true but the file names no BOS token "
                        "(tokenizer.ggml.bos_token_id)",
@@ -157,7 +164,8 @@ static int read_specials(struct tokenizer *t, const struct gguf_file *f, bool de
         if (ends[i] >= 0) t->eog[ends[i]] = true;
     for (size_t i = 0; i < sizeof EOG_TEXTS / sizeof EOG_TEXTS[0]; i++) {
         int32_t id = tok_strmap_get(&t->vocab, EOG_TEXTS[i], strlen(EOG_TEXTS[i]));
-        if (id >= 0 && (t->type[id] == TOK_TYPE_CONTROL || t->type[id] == TOK_TYPE_USER_DEFINED)) t->eog[id] = true;
+        if (id >= 0 && (t->type[id] == TOK_TYPE_CONTROL || t->type[id] == TOK_TYPE_USER_DEFINED))
+            t->eog[id] = true;
     }
     return 0;
 }
@@ -219,7 +227,8 @@ static int build_pieces(struct tokenizer *t, const struct gguf_file *f) {
     t->piece = malloc(total ? total : 1);
     t->piece_off = malloc(t->n_vocab * sizeof *t->piece_off);
     t->piece_len = malloc(t->n_vocab * sizeof *t->piece_len);
-    if (!t->piece || !t->piece_off || !t->piece_len) return st_fail("%s: out of memory for token pieces", f->path);
+    if (!t->piece || !t->piece_off || !t->piece_len)
+        return st_fail("%s: out of memory for token pieces", f->path);
     uint64_t off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         uint32_t len, n = 0;
@@ -258,7 +267,8 @@ int tokenizer_init(const struct gguf_file *f, struct tokenizer **out) {
     struct gguf_str model;
     int rc = gguf_get_str(f, "tokenizer.ggml.model", &model);
     if (rc < 0) return -1;
-    if (rc > 0) return st_fail("%s: key 'tokenizer.ggml.model' is missing: the file has no tokenizer", f->path);
+    if (rc > 0)
+        return st_fail("%s: key 'tokenizer.ggml.model' is missing: the file has no tokenizer", f->path);
     struct tokenizer *t = calloc(1, sizeof *t);
     if (!t) return st_fail("%s: out of memory for the tokenizer", f->path);
     if (model.len == 4 && memcmp(model.data, "gpt2", 4) == 0) {
@@ -304,7 +314,8 @@ void tokenizer_free(struct tokenizer *t) {
 // The longest special token starting at s[0..n) that this call accepts
 // (user-defined tokens always, control and unknown ones when parse_special);
 // returns its id and sets *len, or -1.
-static int32_t match_special(const struct tokenizer *t, const char *s, size_t n, bool parse_special, size_t *len) {
+static int32_t match_special(const struct tokenizer *t, const char *s, size_t n, bool parse_special,
+                             size_t *len) {
     int32_t node = 0, best = -1, unused;
     for (size_t k = 0; k < n; k++) {
         if (!tok_u64map_get(&t->trie, (uint64_t)node << 8 | (uint8_t)s[k], &node, &unused)) break;
@@ -322,10 +333,11 @@ static int encode_run(const struct tokenizer *t, const char *s, size_t n, struct
     return t->kind == TOK_KIND_BPE ? bpe_encode(t, s, n, out) : spm_encode(t, s, n, out);
 }
 
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                     int32_t **ids) {
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t **ids) {
     *ids = NULL;
-    if (len > (size_t)INT32_MAX / 4) return st_fail("tokenizer: %zu bytes of text are too many to encode", len);
+    if (len > (size_t)INT32_MAX / 4)
+        return st_fail("tokenizer: %zu bytes of text are too many to encode", len);
     struct tok_ids out = {0};
     if (add_special && t->add_bos && tok_ids_push(&out, t->bos)) goto fail;
     // Special tokens split the text as Hugging Face's added tokens do:
@@ -335,7 +347,8 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
         uint8_t c = (uint8_t)text[i];
         size_t mlen = 0;
         int32_t id = -1;
-        if (t->special_first[c >> 3] & (1u << (c & 7))) id = match_special(t, text + i, len - i, parse_special, &mlen);
+        if (t->special_first[c >> 3] & (1u << (c & 7)))
+            id = match_special(t, text + i, len - i, parse_special, &mlen);
         if (id < 0) {
             i++;
             continue;
@@ -360,11 +373,13 @@ fail:
 
 // --- decoding -----------------------------------------------------------------------
 
-int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool special, char *buf, size_t cap) {
+int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool special, char *buf,
+                    size_t cap) {
     if (id < 0 || id >= t->n_vocab)
         return st_fail("tokenizer: token id %d is out of range (vocabulary of %d)", id, t->n_vocab);
     if (prev < -1 || prev >= t->n_vocab)
-        return st_fail("tokenizer: previous token id %d is out of range (vocabulary of %d)", prev, t->n_vocab);
+        return st_fail("tokenizer: previous token id %d is out of range (vocabulary of %d)", prev,
+                       t->n_vocab);
     uint8_t ty = t->type[id];
     if (!special && (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN)) return 0;
     const char *p = t->piece + t->piece_off[id];
@@ -378,7 +393,8 @@ int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool sp
     return (int)n;
 }
 
-int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, bool special, char **out, size_t *len) {
+int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, bool special, char **out,
+                     size_t *len) {
     *out = NULL;
     *len = 0;
     if (n < 0) return st_fail("tokenizer: negative token count %d", n);
@@ -391,7 +407,8 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, int n, bool 
     char *s = malloc(total + 1);
     if (!s) return st_fail("tokenizer: out of memory for %zu bytes of text", total);
     size_t pos = 0;
-    for (int i = 0; i < n; i++) pos += (size_t)tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], special, s + pos, total - pos);
+    for (int i = 0; i < n; i++)
+        pos += (size_t)tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], special, s + pos, total - pos);
     s[pos] = 0;
     *out = s;
     *len = pos;
@@ -406,11 +423,15 @@ int32_t tokenizer_eos(const struct tokenizer *t) { return t->eos; }
 bool tokenizer_adds_bos(const struct tokenizer *t) { return t->add_bos; }
 bool tokenizer_adds_eos(const struct tokenizer *t) { return t->add_eos; }
 
-bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
+bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->eog[id];
+}
 
 const char *tokenizer_token_text(const struct tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->n_vocab) return NULL;
     return t->text + t->text_off[id];
 }
 
-int32_t tokenizer_find(const struct tokenizer *t, const char *s) { return tok_strmap_get(&t->vocab, s, strlen(s)); }
+int32_t tokenizer_find(const struct tokenizer *t, const char *s) {
+    return tok_strmap_get(&t->vocab, s, strlen(s));
+}

@@ -39,8 +39,7 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
 // the start): SentencePiece vocabularies drop the leading space of a piece that
 // follows the start or a control, unknown or user-defined token (the encoder
 // adds one there), so decoding round-trips exactly.
-int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool special, char *buf,
-                    size_t cap);
+int tokenizer_piece(const struct tokenizer *t, int32_t prev, int32_t id, bool special, char *buf, size_t cap);
 
 // Decodes n ids to a malloc'd NUL-terminated string (*len bytes, not counting
 // the NUL). Returns 0, or -1 for an id out of range.

@@ -29,20 +29,22 @@ static const char RE_DIGITS[] = "\\p{N}";
 static const char RE_GPT2[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|" S_PLUS_NOT_FOLLOWED_BY_S;
 // Llama 3's Split regex: digits in groups of up to three.
-static const char RE_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
-                                "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|" S_PLUS_NOT_FOLLOWED_BY_S;
+static const char RE_LLAMA3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|" S_PLUS_NOT_FOLLOWED_BY_S;
 // Qwen2's Split regex: single digits.
-static const char RE_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
-                               "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|" S_PLUS_NOT_FOLLOWED_BY_S;
+static const char RE_QWEN2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|" S_PLUS_NOT_FOLLOWED_BY_S;
 
 #define MAX_SPLITS 2
 
 struct pre_def {
-    const char *name;            // tokenizer.ggml.pre
-    const char *re[MAX_SPLITS];  // applied in turn, each to every piece of the one before
-    bool nfc;                    // NFC-normalise text first
-    bool ignore_merges;          // a piece that is a whole token skips the merges
-    bool add_bos;                // BOS by default when the file has no add_bos_token
+    const char *name;           // tokenizer.ggml.pre
+    const char *re[MAX_SPLITS]; // applied in turn, each to every piece of the one before
+    bool nfc;                   // NFC-normalise text first
+    bool ignore_merges;         // a piece that is a whole token skips the merges
+    bool add_bos;               // BOS by default when the file has no add_bos_token
 };
 
 // "default" (and a file with no tokenizer.ggml.pre) means Hugging Face's plain
@@ -60,10 +62,10 @@ static const struct pre_def PRE_DEFS[] = {
 
 struct tok_bpe {
     const struct pre_def *pre;
-    pcre2_code *re[MAX_SPLITS];   // compiled pre->re, NULL past the last
-    struct tok_u64map merges;     // (left id << 32 | right id) -> (rank, merged id)
-    int32_t byte_id[256];         // id of each byte's byte-alphabet token, or -1
-    uint16_t byte_cp[256];        // GPT-2 byte alphabet: byte -> code point
+    pcre2_code *re[MAX_SPLITS]; // compiled pre->re, NULL past the last
+    struct tok_u64map merges;   // (left id << 32 | right id) -> (rank, merged id)
+    int32_t byte_id[256];       // id of each byte's byte-alphabet token, or -1
+    uint16_t byte_cp[256];      // GPT-2 byte alphabet: byte -> code point
 };
 
 // --- the GPT-2 byte alphabet ---------------------------------------------------------------
@@ -110,8 +112,8 @@ static int compile_pre(struct tok_bpe *b) {
     for (int i = 0; i < MAX_SPLITS && b->pre->re[i]; i++) {
         int err;
         PCRE2_SIZE at;
-        b->re[i] = pcre2_compile((PCRE2_SPTR)b->pre->re[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at,
-                                 NULL);
+        b->re[i] = pcre2_compile((PCRE2_SPTR)b->pre->re[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                 &err, &at, NULL);
         if (!b->re[i]) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(err, msg, sizeof msg);
@@ -146,9 +148,12 @@ static int read_merges(struct tokenizer *t, struct tok_bpe *b, const struct gguf
     const struct gguf_array *merges;
     int rc = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VTYPE_STRING, &merges);
     if (rc < 0) return -1;
-    if (rc > 0) return st_fail("%s: key 'tokenizer.ggml.merges' is missing; a BPE vocabulary needs its merges", f->path);
+    if (rc > 0)
+        return st_fail("%s: key 'tokenizer.ggml.merges' is missing; a BPE vocabulary needs its merges",
+                       f->path);
     if (merges->count >= INT32_MAX)
-        return st_fail("%s: tokenizer.ggml.merges has %llu entries", f->path, (unsigned long long)merges->count);
+        return st_fail("%s: tokenizer.ggml.merges has %llu entries", f->path,
+                       (unsigned long long)merges->count);
     if (tok_u64map_init(&b->merges, merges->count)) return -1;
     char *both = NULL;
     size_t both_cap = 0;
@@ -158,8 +163,8 @@ static int read_merges(struct tokenizer *t, struct tok_bpe *b, const struct gguf
         const char *sp = m->len > 1 ? memchr(m->data + 1, ' ', m->len - 1) : NULL;
         if (!sp) {
             free(both);
-            return st_fail("%s: tokenizer.ggml.merges[%llu] = '%.*s' is not two tokens joined by a space", f->path,
-                           (unsigned long long)i, (int)(m->len > 64 ? 64 : m->len), m->data);
+            return st_fail("%s: tokenizer.ggml.merges[%llu] = '%.*s' is not two tokens joined by a space",
+                           f->path, (unsigned long long)i, (int)(m->len > 64 ? 64 : m->len), m->data);
         }
         size_t la = (size_t)(sp - m->data), lb = m->len - la - 1;
         if (la + lb > both_cap) {
@@ -179,9 +184,10 @@ static int read_merges(struct tokenizer *t, struct tok_bpe *b, const struct gguf
         if (a < 0 || c < 0 || ab < 0) {
             const char *what = a < 0 ? m->data : c < 0 ? sp + 1 : both;
             size_t wlen = a < 0 ? la : c < 0 ? lb : la + lb;
-            int rc2 = st_fail("%s: tokenizer.ggml.merges[%llu] = '%.*s' names '%.*s', which is not in the vocabulary",
-                              f->path, (unsigned long long)i, (int)(m->len > 64 ? 64 : m->len), m->data,
-                              (int)(wlen > 64 ? 64 : wlen), what);
+            int rc2 = st_fail(
+                "%s: tokenizer.ggml.merges[%llu] = '%.*s' names '%.*s', which is not in the vocabulary",
+                f->path, (unsigned long long)i, (int)(m->len > 64 ? 64 : m->len), m->data,
+                (int)(wlen > 64 ? 64 : wlen), what);
             free(both);
             return rc2;
         }
@@ -285,7 +291,9 @@ static int split_piece(const pcre2_code *re, struct scratch *s, int k, const cha
     return 0;
 }
 
-static bool merge_less(struct merge a, struct merge b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+static bool merge_less(struct merge a, struct merge b) {
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
 
 static int heap_push(struct scratch *s, struct merge m) {
     if (grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof m)) return -1;
@@ -317,8 +325,8 @@ static struct merge heap_pop(struct scratch *s) {
 static int queue_pair(const struct tok_bpe *b, struct scratch *s, int32_t pos) {
     if (pos < 0 || s->sym[pos].next < 0) return 0;
     int32_t rank, id;
-    if (!tok_u64map_get(&b->merges, (uint64_t)s->sym[pos].id << 32 | (uint32_t)s->sym[s->sym[pos].next].id, &rank,
-                        &id))
+    if (!tok_u64map_get(&b->merges, (uint64_t)s->sym[pos].id << 32 | (uint32_t)s->sym[s->sym[pos].next].id,
+                        &rank, &id))
         return 0;
     return heap_push(s, (struct merge){rank, pos, id});
 }
@@ -355,7 +363,8 @@ static int encode_word(const struct tokenizer *t, struct scratch *s, const uint8
         struct symbol *right = &s->sym[left->next];
         // A stale entry: the pair at pos changed since it was queued.
         int32_t rank, id;
-        if (!tok_u64map_get(&b->merges, (uint64_t)left->id << 32 | (uint32_t)right->id, &rank, &id) || id != top.id)
+        if (!tok_u64map_get(&b->merges, (uint64_t)left->id << 32 | (uint32_t)right->id, &rank, &id) ||
+            id != top.id)
             continue;
         left->id = id;
         right->id = -1;

@@ -47,11 +47,11 @@ uint32_t tok_hash(const void *p, size_t n);
 // Byte string -> int32 value, open addressing. Keys are not copied: they must
 // outlive the map. Capacity is fixed at init (load factor <= 1/2).
 struct tok_strmap {
-    uint32_t mask;       // slots - 1 (slots a power of two)
-    uint32_t *hash;      // [slots]
-    int32_t *value;      // [slots], -1 = empty slot
-    const char **key;    // [slots]
-    uint32_t *key_len;   // [slots]
+    uint32_t mask;     // slots - 1 (slots a power of two)
+    uint32_t *hash;    // [slots]
+    int32_t *value;    // [slots], -1 = empty slot
+    const char **key;  // [slots]
+    uint32_t *key_len; // [slots]
 };
 
 // Sized for up to n keys. Returns 0, or -1 with a message.
@@ -95,23 +95,23 @@ struct tok_spm; // tokenizer_spm.c
 struct tokenizer {
     enum tok_kind kind;
     int32_t n_vocab;
-    char *text;          // token texts, each NUL-terminated (a text may itself hold NULs)
-    uint64_t *text_off;  // [n_vocab] into text
-    uint32_t *text_len;  // [n_vocab]
-    uint8_t *type;       // [n_vocab] enum tok_type
-    float *score;        // [n_vocab] SentencePiece scores (SPM only, else NULL)
-    bool *eog;           // [n_vocab] ends generation
+    char *text;              // token texts, each NUL-terminated (a text may itself hold NULs)
+    uint64_t *text_off;      // [n_vocab] into text
+    uint32_t *text_len;      // [n_vocab]
+    uint8_t *type;           // [n_vocab] enum tok_type
+    float *score;            // [n_vocab] SentencePiece scores (SPM only, else NULL)
+    bool *eog;               // [n_vocab] ends generation
     struct tok_strmap vocab; // text -> id
 
-    char *piece;          // decoded bytes of every token
-    uint64_t *piece_off;  // [n_vocab] into piece
-    uint32_t *piece_len;  // [n_vocab]
+    char *piece;         // decoded bytes of every token
+    uint64_t *piece_off; // [n_vocab] into piece
+    uint32_t *piece_len; // [n_vocab]
 
     // Special tokens found in text: a byte trie over the texts of control,
     // unknown and user-defined tokens. Node 0 is the root; node_token[i] is the
     // id of the token spelled by the path to node i, or -1.
-    struct tok_u64map trie;  // (node << 8 | byte) -> (child node, unused)
-    int32_t *node_token;     // [n_nodes]
+    struct tok_u64map trie; // (node << 8 | byte) -> (child node, unused)
+    int32_t *node_token;    // [n_nodes]
     int32_t n_nodes;
     uint8_t special_first[32]; // bitmap of bytes that start a special token
 

@@ -39,7 +39,7 @@ void spm_free(struct tok_spm *s) { free(s); }
 
 struct symbol {
     size_t start;
-    size_t n;            // bytes; 0 once merged into the symbol before it
+    size_t n; // bytes; 0 once merged into the symbol before it
     int32_t prev, next;
 };
 
@@ -55,7 +55,8 @@ struct session {
     struct symbol *sym;
     struct bigram *heap;
     size_t n_heap, cap_heap;
-    struct tok_strmap rev; // unused piece -> bytes of its left part (the last pair queued wins, as in sentencepiece)
+    struct tok_strmap
+        rev; // unused piece -> bytes of its left part (the last pair queued wins, as in sentencepiece)
 };
 
 // Max-heap order: higher score first, then the leftmost.
@@ -116,7 +117,8 @@ static int emit(struct session *s, const char *p, size_t n, struct tok_ids *out)
     int32_t id = tok_strmap_get(&t->vocab, p, n);
     if (id >= 0 && t->type[id] == TOK_TYPE_UNUSED && s->rev.value) {
         int32_t left = tok_strmap_get(&s->rev, p, n);
-        if (left > 0) return emit(s, p, (size_t)left, out) || emit(s, p + left, n - (size_t)left, out) ? -1 : 0;
+        if (left > 0)
+            return emit(s, p, (size_t)left, out) || emit(s, p + left, n - (size_t)left, out) ? -1 : 0;
     }
     if (id >= 0) return tok_ids_push(out, id);
     if (!t->spm->byte_fallback) return tok_ids_push(out, t->unk);

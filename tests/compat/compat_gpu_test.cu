@@ -25,13 +25,15 @@ extern "C" void gpu_record_error(const char *msg) { fprintf(stderr, "gpu error: 
 static int n_pass, n_fail;
 static void report(const char *name, long bad, long total) {
     printf("  %s %s (%ld of %ld wrong)\n", bad ? "FAIL" : "ok  ", name, bad, total);
-    if (bad) n_fail++;
-    else n_pass++;
+    if (bad)
+        n_fail++;
+    else
+        n_pass++;
 }
 
 // --- integer intrinsics: out[2i] dispatching form, out[2i+1] portable form ----------
-__global__ void k_int_ops(int op, const unsigned *a, const unsigned *b, const unsigned *c,
-                          unsigned *out, int n) {
+__global__ void k_int_ops(int op, const unsigned *a, const unsigned *b, const unsigned *c, unsigned *out,
+                          int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     unsigned fast = 0, port = 0;
@@ -54,10 +56,14 @@ __global__ void k_int_ops(int op, const unsigned *a, const unsigned *b, const un
 
 static unsigned host_op(int op, unsigned a, unsigned b, unsigned c) {
     switch (op) {
-    case 0: return (unsigned)st_dp4a_portable((int)a, (int)b, (int)c);
-    case 1: return st_byte_perm_portable(a, b, c);
-    case 2: return st_vsub4_portable(a, b);
-    default: return st_vsubss4_portable(a, b);
+    case 0:
+        return (unsigned)st_dp4a_portable((int)a, (int)b, (int)c);
+    case 1:
+        return st_byte_perm_portable(a, b, c);
+    case 2:
+        return st_vsub4_portable(a, b);
+    default:
+        return st_vsubss4_portable(a, b);
     }
 }
 
@@ -72,8 +78,7 @@ static long run_int_op(int op, const unsigned *a, const unsigned *b, const unsig
         goto done;
     k_int_ops<<<(n + 255) / 256, 256>>>(op, d, d + n, d + 2 * n, d + 3 * n, n);
     if (GPU_CHECK(gpuGetLastError()) ||
-        GPU_CHECK(gpuMemcpy(out, d + 3 * n, 2 * (size_t)n * sizeof(unsigned),
-                            gpuMemcpyDeviceToHost)))
+        GPU_CHECK(gpuMemcpy(out, d + 3 * n, 2 * (size_t)n * sizeof(unsigned), gpuMemcpyDeviceToHost)))
         goto done;
     bad = 0;
     for (int i = 0; i < n; i++) {
@@ -81,7 +86,8 @@ static long run_int_op(int op, const unsigned *a, const unsigned *b, const unsig
         if (out[2 * i] != want || out[2 * i + 1] != want) {
             if (bad++ < 3)
                 printf("    op %d (0x%08x, 0x%08x, 0x%08x): device 0x%08x / portable 0x%08x, "
-                       "host 0x%08x\n", op, a[i], b[i], c[i], out[2 * i], out[2 * i + 1], want);
+                       "host 0x%08x\n",
+                       op, a[i], b[i], c[i], out[2 * i], out[2 * i + 1], want);
         }
     }
 done:
@@ -107,8 +113,16 @@ __global__ void k_shuffles(const float *v, float *out, int width) {
     out[8 * t + 7] = (float)(threadIdx.x % ST_WARP_SIZE);
 }
 
-static float as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static uint32_t as_u32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t as_u32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 // The expected out[] of k_shuffles for lanes [g, g + width) of a group.
 static void host_shuffles(const float *v, int g, int width, float *want) {
@@ -142,25 +156,23 @@ static long run_shuffles(int width, int warp, long *total) {
     const int n = 256;
     float v[256], out[8 * 256], want[8 * 256], *d = NULL;
     long bad = -1;
-    for (int i = 0; i < n; i++) v[i] =
-            (float)(rand() % 2001 - 1000) / 8.0f + (float)(rand() % 1000) / 1024.0f;
+    for (int i = 0; i < n; i++)
+        v[i] = (float)(rand() % 2001 - 1000) / 8.0f + (float)(rand() % 1000) / 1024.0f;
     if (GPU_CHECK(gpuMalloc(&d, 9 * n * sizeof(float))) ||
         GPU_CHECK(gpuMemcpy(d, v, sizeof v, gpuMemcpyHostToDevice)))
         goto done;
     k_shuffles<<<1, n>>>(d, d + n, width);
-    if (GPU_CHECK(gpuGetLastError()) ||
-        GPU_CHECK(gpuMemcpy(out, d + n, sizeof out, gpuMemcpyDeviceToHost)))
+    if (GPU_CHECK(gpuGetLastError()) || GPU_CHECK(gpuMemcpy(out, d + n, sizeof out, gpuMemcpyDeviceToHost)))
         goto done;
     for (int g = 0; g < n; g += width) host_shuffles(v, g, width, want);
     bad = 0;
     for (int t = 0; t < n; t++) {
         for (int k = 0; k < 7; k++)
             if (as_u32(out[8 * t + k]) != as_u32(want[8 * t + k]) && bad++ < 3)
-                printf("    width %d lane %d result %d: %a, want %a\n", width, t, k,
-                       out[8 * t + k], want[8 * t + k]);
+                printf("    width %d lane %d result %d: %a, want %a\n", width, t, k, out[8 * t + k],
+                       want[8 * t + k]);
         if ((int)out[8 * t + 7] != t % warp && bad++ < 3)
-            printf("    lane %d: ST_WARP_SIZE gives lane %d, want %d\n", t, (int)out[8 * t + 7],
-                   t % warp);
+            printf("    lane %d: ST_WARP_SIZE gives lane %d, want %d\n", t, (int)out[8 * t + 7], t % warp);
     }
     *total += 8 * n;
 done:
@@ -180,8 +192,7 @@ static long run_spin(int flag_value, int want) {
         GPU_CHECK(gpuMemcpy(d, &flag_value, sizeof(int), gpuMemcpyHostToDevice)))
         goto done;
     k_spin<<<1, 64>>>(d, d + 1, 1000);
-    if (GPU_CHECK(gpuGetLastError()) ||
-        GPU_CHECK(gpuMemcpy(res, d + 1, sizeof res, gpuMemcpyDeviceToHost)))
+    if (GPU_CHECK(gpuGetLastError()) || GPU_CHECK(gpuMemcpy(res, d + 1, sizeof res, gpuMemcpyDeviceToHost)))
         goto done;
     bad = 0;
     for (int i = 0; i < 64; i++) bad += res[i] != want;
@@ -203,8 +214,7 @@ int main(void) {
     srand((unsigned)rng);
     gpuDeviceProp prop;
     if (GPU_CHECK(gpuGetDeviceProperties(&prop, 0))) return 1;
-    printf("device %s, warp %d, %s%s build, seed %llu\n", prop.name, prop.warpSize,
-           ST_VENDOR_NAME,
+    printf("device %s, warp %d, %s%s build, seed %llu\n", prop.name, prop.warpSize, ST_VENDOR_NAME,
 #if defined(STRATA_PORTABLE_INTRINSICS)
            " portable-intrinsics",
 #else
@@ -222,10 +232,10 @@ int main(void) {
     int m = 0;
     for (int i = 0; i < 625; i++)
         for (int j = 0; j < 625; j++, m++) {
-            a[m] = edge[i % 5] | edge[i / 5 % 5] << 8 | edge[i / 25 % 5] << 16 |
-                   (unsigned)edge[i / 125] << 24;
-            b[m] = edge[j % 5] | edge[j / 5 % 5] << 8 | edge[j / 25 % 5] << 16 |
-                   (unsigned)edge[j / 125] << 24;
+            a[m] =
+                edge[i % 5] | edge[i / 5 % 5] << 8 | edge[i / 25 % 5] << 16 | (unsigned)edge[i / 125] << 24;
+            b[m] =
+                edge[j % 5] | edge[j / 5 % 5] << 8 | edge[j / 25 % 5] << 16 | (unsigned)edge[j / 125] << 24;
             c[m] = (m & 1) ? accs[m / 2 % 4] : rnd();
         }
     for (; m < n; m++) a[m] = rnd(), b[m] = rnd(), c[m] = rnd();

@@ -37,18 +37,16 @@
 #define __align__(n) __attribute__((aligned(n)))
 
 // --- vector types (members only: chipStar's also carry operators) -----------------------
-#define ST_SPIRV_VEC2_(t, name, al)                                                        \
-    struct __attribute__((aligned(al))) name {                                             \
-        t x, y;                                                                            \
-    };                                                                                     \
+#define ST_SPIRV_VEC2_(t, name, al)                                                                          \
+    struct __attribute__((aligned(al))) name {                                                               \
+        t x, y;                                                                                              \
+    };                                                                                                       \
     static __host__ __device__ inline name make_##name(t x, t y) { return name{x, y}; }
-#define ST_SPIRV_VEC4_(t, name, al)                                                        \
-    struct __attribute__((aligned(al))) name {                                             \
-        t x, y, z, w;                                                                      \
-    };                                                                                     \
-    static __host__ __device__ inline name make_##name(t x, t y, t z, t w) {               \
-        return name{x, y, z, w};                                                           \
-    }
+#define ST_SPIRV_VEC4_(t, name, al)                                                                          \
+    struct __attribute__((aligned(al))) name {                                                               \
+        t x, y, z, w;                                                                                        \
+    };                                                                                                       \
+    static __host__ __device__ inline name make_##name(t x, t y, t z, t w) { return name{x, y, z, w}; }
 ST_SPIRV_VEC2_(float, float2, 8)
 ST_SPIRV_VEC4_(float, float4, 16)
 ST_SPIRV_VEC2_(int, int2, 8)
@@ -68,8 +66,7 @@ struct dim3 {
 };
 typedef struct ihipStream_t *hipStream_t;
 typedef struct ihipEvent_t *hipEvent_t;
-extern "C" int __hipPushCallConfiguration(dim3 grid, dim3 block, size_t shmem = 0,
-                                          hipStream_t stream = 0);
+extern "C" int __hipPushCallConfiguration(dim3 grid, dim3 block, size_t shmem = 0, hipStream_t stream = 0);
 extern "C" int __hipPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, hipStream_t *stream);
 
 // --- work-item indices ---------------------------------------------------------------------
@@ -85,20 +82,20 @@ extern "C" __device__ size_t _Z12get_group_idj(unsigned dim);
 extern "C" __device__ size_t _Z14get_local_sizej(unsigned dim);
 extern "C" __device__ size_t _Z14get_num_groupsj(unsigned dim);
 
-#define ST_SPIRV_GET_(axis, fn, dim)                                                       \
-    static __device__ __forceinline__ unsigned get_##axis() {                              \
-        volatile unsigned v = (unsigned)fn(dim);                                           \
-        return v;                                                                          \
+#define ST_SPIRV_GET_(axis, fn, dim)                                                                         \
+    static __device__ __forceinline__ unsigned get_##axis() {                                                \
+        volatile unsigned v = (unsigned)fn(dim);                                                             \
+        return v;                                                                                            \
     }
-#define ST_SPIRV_INDEX_(name, fn)                                                          \
-    struct name##_t {                                                                      \
-        ST_SPIRV_GET_(x, fn, 0)                                                            \
-        ST_SPIRV_GET_(y, fn, 1)                                                            \
-        ST_SPIRV_GET_(z, fn, 2)                                                            \
-        __declspec(property(get = get_x)) unsigned x;                                      \
-        __declspec(property(get = get_y)) unsigned y;                                      \
-        __declspec(property(get = get_z)) unsigned z;                                      \
-    };                                                                                     \
+#define ST_SPIRV_INDEX_(name, fn)                                                                            \
+    struct name##_t {                                                                                        \
+        ST_SPIRV_GET_(x, fn, 0)                                                                              \
+        ST_SPIRV_GET_(y, fn, 1)                                                                              \
+        ST_SPIRV_GET_(z, fn, 2)                                                                              \
+        __declspec(property(get = get_x)) unsigned x;                                                        \
+        __declspec(property(get = get_y)) unsigned y;                                                        \
+        __declspec(property(get = get_z)) unsigned z;                                                        \
+    };                                                                                                       \
     extern const __device__ __attribute__((weak)) name##_t name;
 ST_SPIRV_INDEX_(threadIdx, _Z12get_local_idj)
 ST_SPIRV_INDEX_(blockIdx, _Z12get_group_idj)
@@ -119,10 +116,10 @@ static __device__ __forceinline__ void __threadfence_block(void) { __chip_thread
 static __device__ __forceinline__ void __threadfence(void) { __chip_threadfence(); }
 static __device__ __forceinline__ void __threadfence_system(void) { __chip_threadfence_system(); }
 
-#define ST_SPIRV_SHFL_(T)                                                                  \
-    __device__ T __shfl(T var, int src_lane, int width = 32);                              \
-    __device__ T __shfl_xor(T var, int lane_mask, int width = 32);                         \
-    __device__ T __shfl_up(T var, unsigned delta, int width = 32);                         \
+#define ST_SPIRV_SHFL_(T)                                                                                    \
+    __device__ T __shfl(T var, int src_lane, int width = 32);                                                \
+    __device__ T __shfl_xor(T var, int lane_mask, int width = 32);                                           \
+    __device__ T __shfl_up(T var, unsigned delta, int width = 32);                                           \
     __device__ T __shfl_down(T var, unsigned delta, int width = 32);
 ST_SPIRV_SHFL_(int)
 ST_SPIRV_SHFL_(unsigned)
@@ -133,11 +130,11 @@ ST_SPIRV_SHFL_(float)
 // chipStar maps each CUDA name to the OpenCL built-in of the same meaning,
 // declared with C++ linkage so that it mangles to the OpenCL name (_Z3expf),
 // which the SPIR-V backend lowers to an OpenCL.std extended instruction.
-#define ST_SPIRV_CL1_(cuda, cl)                                                            \
-    __device__ float cl(float);                                                            \
+#define ST_SPIRV_CL1_(cuda, cl)                                                                              \
+    __device__ float cl(float);                                                                              \
     static __device__ __forceinline__ float cuda(float x) { return cl(x); }
-#define ST_SPIRV_CL2_(cuda, cl)                                                            \
-    __device__ float cl(float, float);                                                     \
+#define ST_SPIRV_CL2_(cuda, cl)                                                                              \
+    __device__ float cl(float, float);                                                                       \
     static __device__ __forceinline__ float cuda(float x, float y) { return cl(x, y); }
 ST_SPIRV_CL1_(expf, exp)
 ST_SPIRV_CL1_(exp2f, exp2)
@@ -168,13 +165,9 @@ extern "C" __device__ unsigned __chip_float_as_uint(float x);
 extern "C" __device__ float __chip_int_as_float(int x);
 extern "C" __device__ float __chip_uint_as_float(unsigned x);
 static __device__ __forceinline__ int __float_as_int(float x) { return __chip_float_as_int(x); }
-static __device__ __forceinline__ unsigned __float_as_uint(float x) {
-    return __chip_float_as_uint(x);
-}
+static __device__ __forceinline__ unsigned __float_as_uint(float x) { return __chip_float_as_uint(x); }
 static __device__ __forceinline__ float __int_as_float(int x) { return __chip_int_as_float(x); }
-static __device__ __forceinline__ float __uint_as_float(unsigned x) {
-    return __chip_uint_as_float(x);
-}
+static __device__ __forceinline__ float __uint_as_float(unsigned x) { return __chip_uint_as_float(x); }
 
 // OpenCL's integer built-ins, as chipStar declares them (integer/int_math.hh).
 __device__ int min(int, int);
@@ -257,8 +250,7 @@ hipError_t hipFree(void *ptr);
 hipError_t hipHostMalloc(void **ptr, size_t size, unsigned flags);
 hipError_t hipHostFree(void *ptr);
 hipError_t hipMemcpy(void *dst, const void *src, size_t size, hipMemcpyKind kind);
-hipError_t hipMemcpyAsync(void *dst, const void *src, size_t size, hipMemcpyKind kind,
-                          hipStream_t stream);
+hipError_t hipMemcpyAsync(void *dst, const void *src, size_t size, hipMemcpyKind kind, hipStream_t stream);
 hipError_t hipMemset(void *dst, int value, size_t size);
 hipError_t hipMemsetAsync(void *dst, int value, size_t size, hipStream_t stream);
 hipError_t hipMemGetInfo(size_t *free, size_t *total);
@@ -276,8 +268,7 @@ hipError_t hipEventQuery(hipEvent_t event);
 hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop);
 hipError_t hipStreamBeginCapture(hipStream_t stream, hipStreamCaptureMode mode);
 hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t *graph);
-hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t *exec, hipGraph_t graph,
-                                        unsigned long long flags);
+hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t *exec, hipGraph_t graph, unsigned long long flags);
 hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream);
 hipError_t hipGraphExecDestroy(hipGraphExec_t exec);
 hipError_t hipGraphDestroy(hipGraph_t graph);
@@ -294,8 +285,8 @@ hipError_t hipPeekAtLastError(void);
 const char *hipGetErrorString(hipError_t error);
 const char *hipGetErrorName(hipError_t error);
 hipError_t hipFuncSetAttribute(const void *func, hipFuncAttribute attr, int value);
-hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func,
-                                                        int block_size, size_t dyn_shmem);
+hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func, int block_size,
+                                                        size_t dyn_shmem);
 }
 // The typed overloads HIP's C++ API adds.
 template <class T> static inline hipError_t hipMalloc(T **ptr, size_t size) {
@@ -305,11 +296,9 @@ template <class T> static inline hipError_t hipHostMalloc(T **ptr, size_t size, 
     return hipHostMalloc((void **)ptr, size, flags);
 }
 template <class F>
-static inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, F func,
-                                                                      int block_size,
+static inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, F func, int block_size,
                                                                       size_t dyn_shmem) {
-    return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, (const void *)func, block_size,
-                                                        dyn_shmem);
+    return hipOccupancyMaxActiveBlocksPerMultiprocessor(blocks, (const void *)func, block_size, dyn_shmem);
 }
 
 #pragma GCC visibility pop

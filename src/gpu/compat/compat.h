@@ -25,7 +25,8 @@
 #define ST_TARGET_SPIRV 1
 #include "vendor_spirv.h"
 #elif defined(__SPIRV__)
-#error "SPIR-V device compile without __HIP_PLATFORM_SPIRV__: build with chipStar's hipcc or pass -D__HIP_PLATFORM_SPIRV__"
+#error                                                                                                       \
+    "SPIR-V device compile without __HIP_PLATFORM_SPIRV__: build with chipStar's hipcc or pass -D__HIP_PLATFORM_SPIRV__"
 #elif defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
 #define ST_TARGET_AMD 1
 #include "vendor_hip.h"
@@ -74,8 +75,8 @@ extern "C" void gpu_record_error(const char *msg);
 static inline int st_gpu_check(gpuError_t err, const char *call, const char *file, int line) {
     if (err == gpuSuccess) return 0;
     char msg[512];
-    snprintf(msg, sizeof msg, "%s failed at %s:%d: %s (%s)", call, file, line,
-             gpuGetErrorName(err), gpuGetErrorString(err));
+    snprintf(msg, sizeof msg, "%s failed at %s:%d: %s (%s)", call, file, line, gpuGetErrorName(err),
+             gpuGetErrorString(err));
     gpu_record_error(msg);
     return -1;
 }

@@ -20,11 +20,10 @@
 // --- int8 dot product ------------------------------------------------------------
 
 // AMD targets with v_dot4_i32_i8 (dot1-insts), as checked against clang 22.
-#if defined(__AMDGCN__) &&                                                          \
-    (defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) ||           \
-     defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1011__) ||          \
-     defined(__gfx1012__) || defined(__gfx1030__) || defined(__gfx1031__) ||        \
-     defined(__gfx1032__) || defined(__gfx1033__) || defined(__gfx1034__) ||        \
+#if defined(__AMDGCN__) &&                                                                                   \
+    (defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx942__) ||             \
+     defined(__gfx950__) || defined(__gfx1011__) || defined(__gfx1012__) || defined(__gfx1030__) ||          \
+     defined(__gfx1031__) || defined(__gfx1032__) || defined(__gfx1033__) || defined(__gfx1034__) ||         \
      defined(__gfx1035__) || defined(__gfx1036__))
 #define ST_AMD_SDOT4 1
 // gfx11 and gfx12 dropped v_dot4_i32_i8 for v_dot4_i32_iu8 (dot8-insts), whose
@@ -78,9 +77,8 @@ static __device__ __forceinline__ unsigned st_byte_perm(unsigned x, unsigned y, 
 // nibble of byte k of q, byte k of hi that of its high nibble (the IQ4
 // codebook). Six byte permutes where the target has them; elsewhere the
 // multiplexer tree of portable.h, cheaper than six emulated permutes.
-static __device__ __forceinline__ void st_lut16x8(uint32_t q, uint32_t t0, uint32_t t1,
-                                                  uint32_t t2, uint32_t t3, uint32_t &lo,
-                                                  uint32_t &hi) {
+static __device__ __forceinline__ void st_lut16x8(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2,
+                                                  uint32_t t3, uint32_t &lo, uint32_t &hi) {
 #if !defined(STRATA_PORTABLE_INTRINSICS) && (defined(__CUDA_ARCH__) || defined(__AMDGCN__))
     ST_LUT16X8_BY_PERM(st_byte_perm, q, t0, t1, t2, t3, lo, hi);
 #else
@@ -127,8 +125,7 @@ static __device__ __forceinline__ void st_spin_pause(void) {
 // tries; returns whether it became true. No spin in this project is unbounded
 // (an unbounded spin can hang or reset a GPU): on false the caller gives up
 // and reports, e.g. through an error flag the host reads.
-template <typename Pred>
-static __device__ __forceinline__ bool st_spin_until(Pred pred, unsigned max_iters) {
+template <typename Pred> static __device__ __forceinline__ bool st_spin_until(Pred pred, unsigned max_iters) {
     for (unsigned i = 0; i < max_iters; i++) {
         if (pred()) return true;
         st_spin_pause();
@@ -200,8 +197,7 @@ static __device__ __forceinline__ float st_warp_max_f32(float v, int width) {
 }
 // Wraps modulo 2^32 on overflow.
 static __device__ __forceinline__ int st_warp_sum_i32(int v, int width) {
-    for (int m = width >> 1; m > 0; m >>= 1)
-        v = (int)((unsigned)v + (unsigned)st_shfl_xor(v, m, width));
+    for (int m = width >> 1; m > 0; m >>= 1) v = (int)((unsigned)v + (unsigned)st_shfl_xor(v, m, width));
     return v;
 }
 

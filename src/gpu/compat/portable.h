@@ -23,9 +23,7 @@
 // (b ^ 0x80) - 0x80, the form compilers recognise as a sign extension of the
 // low byte (one instruction on most targets); nvcc compiled the earlier
 // b - ((b & 0x80) << 1) into twice the instructions (docs/BACKENDS.md).
-ST_PORTABLE int st_sbyte(uint32_t w, int i) {
-    return (int)(((w >> (8 * i)) & 0xffu) ^ 0x80u) - 0x80;
-}
+ST_PORTABLE int st_sbyte(uint32_t w, int i) { return (int)(((w >> (8 * i)) & 0xffu) ^ 0x80u) - 0x80; }
 
 // c + sum over i of sbyte(a, i) * sbyte(b, i): CUDA __dp4a(int, int, int).
 // The four products sum to at most 4 * 128 * 128 in magnitude; only the
@@ -53,22 +51,17 @@ ST_PORTABLE unsigned st_byte_perm_portable(unsigned x, unsigned y, unsigned s) {
 }
 
 // Per byte lane: t0 where the lane of m is 0x00, t1 where it is 0xff.
-ST_PORTABLE uint32_t st_mux_bytes(uint32_t t0, uint32_t t1, uint32_t m) {
-    return t0 ^ ((t0 ^ t1) & m);
-}
+ST_PORTABLE uint32_t st_mux_bytes(uint32_t t0, uint32_t t1, uint32_t m) { return t0 ^ ((t0 ^ t1) & m); }
 
 // 0xff in each byte lane of x whose bit k is set, 0x00 elsewhere.
-ST_PORTABLE uint32_t st_lane_mask(uint32_t x, int k) {
-    return ((x >> k) & 0x01010101u) * 0xffu;
-}
+ST_PORTABLE uint32_t st_lane_mask(uint32_t x, int k) { return ((x >> k) & 0x01010101u) * 0xffu; }
 
 // The 16-entry byte table t (entry e is byte e % 4 of t[e / 4]) looked up in
 // each byte lane of x, whose bytes hold indices 0-15: byte n of the result is
 // entry (byte n of x). No byte permute and no memory: a multiplexer tree over
 // the four index bits, four lanes at a time (15 lane-wise selects, the
 // table's pairs folded into constants when t is constant).
-ST_PORTABLE uint32_t st_lut16_portable(uint32_t x, uint32_t t0, uint32_t t1, uint32_t t2,
-                                       uint32_t t3) {
+ST_PORTABLE uint32_t st_lut16_portable(uint32_t x, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
     const uint32_t t[4] = {t0, t1, t2, t3};
     const uint32_t m0 = st_lane_mask(x, 0), m1 = st_lane_mask(x, 1);
     const uint32_t m2 = st_lane_mask(x, 2), m3 = st_lane_mask(x, 3);
@@ -85,8 +78,8 @@ ST_PORTABLE uint32_t st_lut16_portable(uint32_t x, uint32_t t0, uint32_t t1, uin
 // byte k of *lo is the entry of the low nibble of byte k of q, byte k of *hi
 // that of its high nibble (st_lut16x8 in intrinsics.h; byte_perm-based there
 // where the target has a byte permute).
-ST_PORTABLE void st_lut16x8_portable(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2,
-                                     uint32_t t3, uint32_t *lo, uint32_t *hi) {
+ST_PORTABLE void st_lut16x8_portable(uint32_t q, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                                     uint32_t *lo, uint32_t *hi) {
     *lo = st_lut16_portable(q & 0x0f0f0f0fu, t0, t1, t2, t3);
     *hi = st_lut16_portable((q >> 4) & 0x0f0f0f0fu, t0, t1, t2, t3);
 }
@@ -97,14 +90,13 @@ ST_PORTABLE void st_lut16x8_portable(uint32_t q, uint32_t t0, uint32_t t1, uint3
 // nibble n, so the selector q yields elements 0, 16, 1, 17 of the block in one
 // word and 2, 18, 3, 19 in the other; bit 3 of each index picks the table
 // half. A macro, so that host C runs it with st_byte_perm_portable.
-#define ST_LUT16X8_BY_PERM(PERM, q, t0, t1, t2, t3, lo, hi)                                   \
-    do {                                                                                    \
-        const uint32_t half_ = (((q) & 0x88888888u) >> 1) | 0x32103210u;                    \
-        const uint32_t r0_ = PERM(PERM(t0, t1, q), PERM(t2, t3, q), half_);                 \
-        const uint32_t r1_ = PERM(PERM(t0, t1, (q) >> 16), PERM(t2, t3, (q) >> 16),         \
-                                  half_ >> 16);                                             \
-        (lo) = PERM(r0_, r1_, 0x6420u);                                                     \
-        (hi) = PERM(r0_, r1_, 0x7531u);                                                     \
+#define ST_LUT16X8_BY_PERM(PERM, q, t0, t1, t2, t3, lo, hi)                                                  \
+    do {                                                                                                     \
+        const uint32_t half_ = (((q)&0x88888888u) >> 1) | 0x32103210u;                                       \
+        const uint32_t r0_ = PERM(PERM(t0, t1, q), PERM(t2, t3, q), half_);                                  \
+        const uint32_t r1_ = PERM(PERM(t0, t1, (q) >> 16), PERM(t2, t3, (q) >> 16), half_ >> 16);            \
+        (lo) = PERM(r0_, r1_, 0x6420u);                                                                      \
+        (hi) = PERM(r0_, r1_, 0x7531u);                                                                      \
     } while (0)
 
 // The v_perm_b32 selector that makes AMD's __builtin_amdgcn_perm(y, x, sel)

@@ -20,10 +20,10 @@
 // older compilers are recognised by processor name or their
 // __AMDGCN_WAVEFRONT_SIZE.
 #if defined(__AMDGCN__)
-#if defined(__GFX9__) || defined(__GFX8__) || defined(__gfx900__) || defined(__gfx902__) || \
-    defined(__gfx904__) || defined(__gfx906__) || defined(__gfx908__) ||                  \
-    defined(__gfx909__) || defined(__gfx90a__) || defined(__gfx90c__) ||                  \
-    defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#if defined(__GFX9__) || defined(__GFX8__) || defined(__gfx900__) || defined(__gfx902__) ||                  \
+    defined(__gfx904__) || defined(__gfx906__) || defined(__gfx908__) || defined(__gfx909__) ||              \
+    defined(__gfx90a__) || defined(__gfx90c__) || defined(__gfx940__) || defined(__gfx941__) ||              \
+    defined(__gfx942__) || defined(__gfx950__)
 #define ST_WARP_SIZE_TARGET 64
 #elif defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__)
 #define ST_WARP_SIZE_TARGET 32
