@@ -66,6 +66,16 @@ static const char chat_help[] =
 
 static volatile sig_atomic_t interrupted;
 
+// Drops a SIGINT that came while it was blocked, between answers: a Ctrl-C
+// typed as the prompt appears, before the line editor has taken the terminal,
+// is a signal rather than the editor's clear-line key (the terminal has
+// already dropped the typed line). Left pending it would stop the next answer
+// before its first token, or end the program when /quit restores the handler.
+static void drop_pending_sigint(const sigset_t *sigint) {
+    const struct timespec zero = {0, 0};
+    while (sigtimedwait(sigint, NULL, &zero) > 0) {}
+}
+
 static void on_sigint(int sig) {
     (void)sig;
     interrupted = 1;
@@ -361,6 +371,7 @@ int cli_chat(int argc, char **argv) {
                 o.s.model, n_ctx, chat_template_name(fmt.kind));
     for (;;) {
         int got = tty ? editor_line(&ed, &line_buf) : read_line(&reader, &line_buf, &wait_mask);
+        if (tty) drop_pending_sigint(&sigint);
         if (got <= 0) { // EOF (or Ctrl-C while piped input was awaited)
             if (tty) fputs("\n", stdout);
             break;
