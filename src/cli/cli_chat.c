@@ -193,16 +193,6 @@ static char *editor_prompt(EditLine *e) {
     return (char *)"> ";
 }
 
-// Ctrl-C at the prompt: the line is cleared.
-static unsigned char editor_clear(EditLine *e, int ch) {
-    (void)ch;
-    const LineInfo *li = el_line(e);
-    el_cursor(e, (int)(li->lastchar - li->cursor));
-    li = el_line(e);
-    el_deletestr(e, (int)(li->cursor - li->buffer));
-    return CC_REFRESH;
-}
-
 struct editor {
     EditLine *el;
     History *hist;
@@ -218,8 +208,9 @@ static int editor_open(struct editor *ed, const char *prog) {
     el_set(ed->el, EL_PROMPT, editor_prompt);
     el_set(ed->el, EL_HIST, history, ed->hist);
     el_set(ed->el, EL_SIGNAL, 1); // the terminal is restored if a signal ends the program
-    el_set(ed->el, EL_ADDFN, "strata-clear-line", "clear the line", editor_clear);
-    el_set(ed->el, EL_BIND, "^C", "strata-clear-line", NULL);
+    // Ctrl-C at the prompt clears the line: libedit's own em-kill-line (a
+    // function added with EL_ADDFN would leak its name and help in el_end)
+    el_set(ed->el, EL_BIND, "^C", "em-kill-line", NULL);
     const char *setty[] = {"setty", "-d", "-isig", NULL}; // ^C is a key while editing
     el_parse(ed->el, 3, setty);
     return 0;
