@@ -2,8 +2,9 @@
 # gpu-check.sh LOGDIR: the whole GPU check on an NVIDIA machine, in one go:
 #   1. builds for CUDA_ARCH (default sm_90), native and with
 #      STRATA_PORTABLE_INTRINSICS=1 (the SPIR-V arithmetic path), and checks
-#      for dp4a: in the native build's machine code, and not in the portable
-#      build's PTX (ptxas may still turn its byte dot products into IDP4A);
+#      that the native build's machine code has dp4a and that the portable
+#      build's own code calls no vendor intrinsic (NVVM may still turn its
+#      byte dot products into dp4a);
 #   2. the op harness (every op x type x shape against the CPU reference) on
 #      the GPU in both builds;
 #   3. compute-sanitizer memcheck over the op harness's GPU cases;
@@ -80,21 +81,23 @@ build() { # name, build dir, extra make arguments
 build native "$NATIVE"
 build portable "$PORTABLE" STRATA_PORTABLE_INTRINSICS=1
 
-# dp4a in the products: the native build's machine code has it; the portable
-# build's PTX must not (the source takes the portable path). Its machine code
-# may: ptxas recognises the portable byte dot product and emits IDP4A itself.
+# dp4a in the products: the native build's machine code has it. The portable
+# build's own code must call no vendor intrinsic (counted in the preprocessed
+# device source, lines from src/); its PTX and machine code may still hold
+# dp4a, because NVVM recognises the portable byte dot product and emits it.
 n=$(cuobjdump --dump-sass "$NATIVE/src/gpu/mmvq.o" 2>"$LOG/sass-native.err" | grep -cE 'IDP\.?4A')
 row "sass native" "$([ "$n" -gt 0 ] && echo ok || echo FAIL)" "IDP4A in mmvq.o: $n (want > 0)"
 arch=${CUDA_ARCH%% *}
-if nvcc -ptx -arch=compute_${arch#sm_} -std=c++17 -O3 -Isrc -Isrc/gpu -DSTRATA_GPU -DSTRATA_PORTABLE_INTRINSICS \
-    src/gpu/mmvq.cu -o "$LOG/mmvq-portable.ptx" 2>"$LOG/ptx-portable.err"; then
-    n=$(grep -c 'dp4a' "$LOG/mmvq-portable.ptx")
-    ns=$(cuobjdump --dump-sass "$PORTABLE/src/gpu/mmvq.o" 2>/dev/null | grep -cE 'IDP\.?4A')
-    row "ptx portable" "$([ "$n" -eq 0 ] && echo ok || echo FAIL)" \
-        "dp4a in mmvq PTX: $n (want 0); IDP4A ptxas chose in its machine code: $ns"
-else
-    row "ptx portable" FAIL "nvcc -ptx failed, see ptx-portable.err"
-fi
+own_calls() { # extra nvcc flags: vendor intrinsic calls in Strata's own preprocessed lines
+    nvcc -E -arch=compute_${arch#sm_} -std=c++17 -Isrc -Isrc/gpu -DSTRATA_GPU "$@" src/gpu/mmvq.cu \
+        2>>"$LOG/intrinsics.err" | awk '/^# [0-9]+ "/ { own = ($3 ~ /^"src\//) } own' |
+        grep -cE '__(dp4a|byte_perm|vsub4|vsubss4) *\('
+}
+nn=$(own_calls)
+np=$(own_calls -DSTRATA_PORTABLE_INTRINSICS)
+ns=$(cuobjdump --dump-sass "$PORTABLE/src/gpu/mmvq.o" 2>/dev/null | grep -cE 'IDP\.?4A')
+row "intrinsics portable" "$([ "$np" -eq 0 ] && [ "$nn" -gt 0 ] && echo ok || echo FAIL)" \
+    "vendor intrinsic calls in mmvq.cu's own code: portable $np (want 0), native $nn; IDP4A NVVM made in portable: $ns"
 
 # --- 2. op harness ------------------------------------------------------------------
 for v in native portable; do
