@@ -681,6 +681,12 @@ def t_limits(binary, model):
         s, h, b = http_call(srv.port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 4})
         error_of(s, b, 503, None, "server_overloaded", "a full queue")
         check(h.get("retry-after"), "no Retry-After")
+        # Hold the server still past the queued request's deadline. Otherwise the first request,
+        # which arrived earlier, times out first and the queued one may start (and finish)
+        # within its own deadline, a race the test would lose on a slow machine.
+        srv.proc.send_signal(signal.SIGSTOP)
+        time.sleep(2 * SLOW + 0.5)
+        srv.proc.send_signal(signal.SIGCONT)
         t.join(10 * SLOW)
         s, h, b = result["b"]
         error_of(s, b, 503, None, "timeout", "queued past --timeout")
