@@ -277,6 +277,77 @@ static void test_batch_equals_sequential(void) {
     be->free(be);
 }
 
+// Several sequences run in one batch (context_forward_batch) give the logits each
+// gives alone: random chunks of three prompts, some wanting every row's logits,
+// interleaved in batches of at most n_batch tokens, each row compared with the
+// same position of that prompt run by itself.
+static void check_sequences(struct backend *be, int max_tokens, double tol) {
+    enum { S = 3 };
+    const int V = model->hp.n_vocab, n_batch = 40;
+    struct context *seq[S], *alone;
+    CHECK(context_init(model, be, 256, n_batch, &seq[0]) == 0, "%s", st_last_error());
+    for (int s = 1; s < S; s++) CHECK(context_init_seq(seq[0], &seq[s]) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 256, 256, &alone) == 0, "%s", st_last_error());
+    int n[S];
+    float *ref[S];
+    for (int s = 0; s < S; s++) {
+        const struct prompt *pr = &prompts[s % n_prompts];
+        n[s] = pr->n < max_tokens ? pr->n : max_tokens;
+        ref[s] = malloc(sizeof(float) * (size_t)n[s] * V);
+        CHECK(context_forward(alone, pr->ids, n[s], 0, ref[s], true) == 0, "%s", st_last_error());
+    }
+    float *out = malloc(sizeof(float) * (size_t)n_batch * V);
+    int done[S] = {0}, steps = 0, rows_checked = 0;
+    double md = 0;
+    uint64_t rng = 12345;
+    while (done[0] < n[0] || done[1] < n[1] || done[2] < n[2]) {
+        struct forward_span sp[S];
+        int n_span = 0, used = 0, first = steps % S;
+        for (int k = 0; k < S; k++) {
+            const int s = (first + k) % S, left = n[s] - done[s];
+            if (!left || used == n_batch) continue;
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int take = 1 + (int)((rng >> 33) % 24);
+            take = take < left ? take : left;
+            take = take < n_batch - used ? take : n_batch - used;
+            sp[n_span++] = (struct forward_span){seq[s], prompts[s % n_prompts].ids + done[s], take, done[s],
+                                                 (rng >> 20) & 1};
+            used += take;
+        }
+        CHECK(context_forward_batch(seq[0], sp, n_span, out) == 0, "%s", st_last_error());
+        const float *o = out;
+        for (int i = 0; i < n_span; i++) {
+            const int s = (int)(sp[i].c == seq[1]) + 2 * (int)(sp[i].c == seq[2]);
+            for (int p = sp[i].all_logits ? sp[i].pos0 : sp[i].pos0 + sp[i].n - 1; p < sp[i].pos0 + sp[i].n;
+                 p++, o += V, rows_checked++)
+                for (int v = 0; v < V; v++) md = fmax(md, fabs((double)o[v] - ref[s][(size_t)p * V + v]));
+            CHECK(sp[i].c->n_past == sp[i].pos0 + sp[i].n, "n_past %d after a span ending at %d",
+                  sp[i].c->n_past, sp[i].pos0 + sp[i].n);
+            done[s] += sp[i].n;
+        }
+        steps++;
+    }
+    printf("    %s: 3 sequences of %d, %d, %d tokens in %d batches, %d rows: max |dlogit| %.3g\n", be->name,
+           n[0], n[1], n[2], steps, rows_checked, md);
+    CHECK(md <= tol, "a sequence's logits in a shared batch differ from its own by %.4g", md);
+    // a span out of its context is refused before anything runs
+    const struct forward_span bad = {seq[1], prompts[0].ids, 2, 255, false};
+    CHECK(context_forward_batch(seq[0], &bad, 1, out) == -1, "a span past the context was accepted");
+    for (int s = 0; s < S; s++) free(ref[s]);
+    free(out);
+    for (int s = S - 1; s >= 0; s--) context_free(seq[s]);
+    context_free(alone);
+}
+
+static void test_sequences_in_one_batch(void) {
+    struct backend *be = backend_cpu_init(0);
+    check_sequences(be, 64, 1e-3);
+    be->free(be);
+    be = backend_cpu_ref_init();
+    check_sequences(be, 16, 1e-4);
+    be->free(be);
+}
+
 // The tokenizer gives the reference's ids for every fixture prompt.
 static void test_prompt_ids(void) {
     for (int p = 0; p < n_prompts; p++) {
@@ -306,6 +377,7 @@ int main(void) {
     RUN(test_ref_logits);
     RUN(test_fast_logits);
     RUN(test_batch_equals_sequential);
+    RUN(test_sequences_in_one_batch);
     RUN(test_fast_greedy);
     RUN(test_ref_greedy);
     if (model) model_free(model);

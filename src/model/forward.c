@@ -130,12 +130,42 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
                               (void **)&c->moe_w,  (void **)&c->moe_y,      (void **)&c->logits};
     for (int i = 0; i < N_SCRATCH; i++) *bufs[i] = balloc(c, sz[i], &failed);
     c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history);
+    c->host_tokens = st_xcalloc((size_t)n_batch, sizeof *c->host_tokens);
+    c->scratch_owner = c;
     if (failed) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_last_error());
         context_free(c);
         return st_fail("allocating the context (%d positions, batch %d) on %s: %s", n_ctx, n_batch, be->name,
                        msg);
+    }
+    *out = c;
+    return 0;
+}
+
+int context_init_seq(struct context *base, struct context **out) {
+    *out = NULL;
+    const struct model_hparams *hp = &base->model->hp;
+    const size_t kv_bytes = sizeof(float) * (size_t)base->n_ctx * hp->n_head_kv * hp->head_dim;
+    struct context *c = st_xmalloc(sizeof *c);
+    *c = *base; // the same model, backend, sizes, parameters and scratch
+    c->scratch_owner = base->scratch_owner;
+    c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
+    c->n_past = 0;
+    c->hidden_out = NULL;
+    c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
+    c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
+    int failed = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        c->k_cache[l] = balloc(c, kv_bytes, &failed);
+        c->v_cache[l] = balloc(c, kv_bytes, &failed);
+    }
+    if (failed) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_last_error());
+        context_free(c);
+        return st_fail("allocating another sequence's KV cache (%d positions) on %s: %s", base->n_ctx,
+                       base->be->name, msg);
     }
     *out = c;
     return 0;
@@ -148,10 +178,13 @@ void context_free(struct context *c) {
         if (c->k_cache[l]) be->release(be, c->k_cache[l]);
         if (c->v_cache[l]) be->release(be, c->v_cache[l]);
     }
-    void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,     c->v,     c->att,
-                    c->hb,     c->hb2, c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        if (bufs[i]) be->release(be, bufs[i]);
+    if (c->scratch_owner == c) {
+        void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,     c->v,     c->att,
+                        c->hb,     c->hb2, c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i]) be->release(be, bufs[i]);
+        free(c->host_tokens);
+    }
     free(c->k_cache);
     free(c->v_cache);
     free(c->history);
@@ -204,25 +237,62 @@ static void ffn_experts(struct context *c, const struct layer_weights *L, int n)
     if (weight_present(&L->gate_shexp)) be->add(be, c->xb, c->xb2, (int64_t)n * E);
 }
 
-int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, float *logits,
-                    bool all_logits) {
+// Checks a batch's spans against the context whose scratch runs them; sets *total.
+static int check_spans(const struct context *c, const struct forward_span *sp, int n_span, int *total) {
+    const struct model_hparams *hp = &c->model->hp;
+    *total = 0;
+    if (n_span < 1) return st_fail("forward: a batch needs at least one span");
+    for (int s = 0; s < n_span; s++) {
+        const struct forward_span *p = &sp[s];
+        if (p->c->model != c->model || p->c->be != c->be || p->c->scratch_owner != c->scratch_owner)
+            return st_fail("forward: span %d belongs to another model, backend or scratch", s);
+        if (p->n < 1 || p->n > c->n_batch - *total)
+            return st_fail("forward: %d tokens in all, but a batch holds 1 to %d", *total + p->n, c->n_batch);
+        if (p->pos0 < 0 || p->pos0 + p->n > p->c->n_ctx)
+            return st_fail("forward: positions %d..%d do not fit the context of %d", p->pos0,
+                           p->pos0 + p->n - 1, p->c->n_ctx);
+        for (int i = 0; i < p->n; i++)
+            if (p->tokens[i] < 0 || p->tokens[i] >= hp->n_vocab)
+                return st_fail("forward: token id %d is outside the vocabulary (0..%d)", p->tokens[i],
+                               hp->n_vocab - 1);
+        *total += p->n;
+    }
+    return 0;
+}
+
+// The attention of one layer for every span: each sequence's rows rotated at its
+// own positions, stored in its own cache and attending to it.
+static void attention_spans(struct context *c, const struct forward_span *sp, int n_span, int l) {
+    struct backend *be = c->be;
+    const struct model_hparams *hp = &c->model->hp;
+    const struct layer_weights *L = &c->model->layers[l];
+    const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const struct rope_params *rp = &c->rope[L->swa];
+    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++) {
+        struct context *sc = sp[s].c;
+        float *q = c->q + (size_t)row * q_dim, *k = c->k + (size_t)row * kv_dim;
+        float *v = c->v + (size_t)row * kv_dim, *att = c->att + (size_t)row * q_dim;
+        const int n = sp[s].n, pos0 = sp[s].pos0;
+        be->rope(be, q, n, hp->n_head, hd, pos0, rp);
+        be->rope(be, k, n, hp->n_head_kv, hd, pos0, rp);
+        be->kv_store(be, sc->k_cache[l], sc->v_cache[l], k, v, n, pos0, kv_dim);
+        be->attention(be, q, sc->k_cache[l], sc->v_cache[l], att, n, pos0, hp->n_head, hp->n_head_kv, hd,
+                      &sc->attn[L->swa]);
+    }
+}
+
+int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits) {
     const struct model *m = c->model;
     const struct model_hparams *hp = &m->hp;
     struct backend *be = c->be;
-    if (n < 1 || n > c->n_batch)
-        return st_fail("forward: %d tokens, but a batch holds 1 to %d", n, c->n_batch);
-    if (pos0 < 0 || pos0 + n > c->n_ctx)
-        return st_fail("forward: positions %d..%d do not fit the context of %d", pos0, pos0 + n - 1,
-                       c->n_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return st_fail("forward: token id %d is outside the vocabulary (0..%d)", tokens[i],
-                           hp->n_vocab - 1);
+    int n;
+    if (check_spans(c, sp, n_span, &n)) return -1;
     const int E = hp->n_embd, hd = hp->head_dim;
-    const int kv_dim = hp->n_head_kv * hd;
     const int64_t nE = (int64_t)n * E;
 
-    be->upload(be, c->tokens, tokens, sizeof(int32_t) * (size_t)n);
+    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++)
+        memcpy(c->host_tokens + row, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
+    be->upload(be, c->tokens, c->host_tokens, sizeof(int32_t) * (size_t)n);
     be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -236,12 +306,7 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
             be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
         }
-        const struct rope_params *rp = &c->rope[L->swa];
-        be->rope(be, c->q, n, hp->n_head, hd, pos0, rp);
-        be->rope(be, c->k, n, hp->n_head_kv, hd, pos0, rp);
-        be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, n, pos0, kv_dim);
-        be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, n, pos0, hp->n_head, hp->n_head_kv, hd,
-                      &c->attn[L->swa]);
+        attention_spans(c, sp, n_span, l);
         linear(be, &L->wo, &L->bo, c->att, c->xb, n);
         if (weight_present(&L->attn_post_norm))
             be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
@@ -256,26 +321,44 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
             be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
     }
+    int64_t n_out = 0;   // rows whose logits are wanted
     if (c->hidden_out) { // embeddings: every row's normed state, no output layer
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
         be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)nE);
-        if (be->sync(be)) return -1;
-        for (int i = 0; i < n; i++) c->history[pos0 + i] = tokens[i];
-        c->n_past = pos0 + n;
-        return 0;
+    } else {
+        // only the rows whose logits are wanted go through the output layer, one run
+        // of consecutive rows at a time (the last rows of spans that follow each other)
+        for (int s = 0, row = 0; s < n_span;) {
+            int first = sp[s].all_logits ? row : row + sp[s].n - 1, end = row + sp[s].n;
+            row = end;
+            s++;
+            while (s < n_span && (sp[s].all_logits || sp[s].n == 1)) { // the run goes on
+                end = row + sp[s].n;
+                row = end;
+                s++;
+            }
+            const int rows = end - first;
+            be->rms_norm(be, &m->output_norm, c->x + (size_t)first * E, c->xb, rows, E, hp->norm_eps);
+            linear(be, &m->output, &m->output_b, c->xb, c->logits + (size_t)n_out * hp->n_vocab, rows);
+            n_out += rows;
+        }
+        const int64_t n_logits = n_out * hp->n_vocab;
+        if (hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
+        be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
     }
-    // only the rows whose logits are wanted go through the output layer
-    const int first = all_logits ? 0 : n - 1;
-    const int n_out = n - first;
-    const int64_t n_logits = (int64_t)n_out * hp->n_vocab;
-    be->rms_norm(be, &m->output_norm, c->x + (size_t)first * E, c->xb, n_out, E, hp->norm_eps);
-    linear(be, &m->output, &m->output_b, c->xb, c->logits, n_out);
-    if (hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
-    be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
     if (be->sync(be)) return -1;
-    for (int i = 0; i < n; i++) c->history[pos0 + i] = tokens[i];
-    c->n_past = pos0 + n;
+    for (int s = 0; s < n_span; s++) {
+        struct context *sc = sp[s].c;
+        memcpy(sc->history + sp[s].pos0, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
+        sc->n_past = sp[s].pos0 + sp[s].n;
+    }
     return 0;
+}
+
+int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, float *logits,
+                    bool all_logits) {
+    const struct forward_span sp = {c, tokens, n, pos0, all_logits};
+    return context_forward_batch(c, &sp, 1, logits);
 }
 
 int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int pos0, float *hidden) {

@@ -37,14 +37,23 @@ struct context {
     // What the KV cache holds: tokens at positions 0 .. n_past-1.
     int32_t *history; // [n_ctx] host
     int n_past;
-    float *hidden_out; // host (n, n_embd), or NULL: see context_forward_hidden
+    float *hidden_out;             // host (n, n_embd), or NULL: see context_forward_hidden
+    int32_t *host_tokens;          // (n_batch) host: a batch's ids gathered for upload
+    struct context *scratch_owner; // the context whose scratch this one uses (itself, or a base)
 };
 
 // Allocates the KV cache for n_ctx positions and scratch for n_batch tokens on
 // be (preparing the model's weights for it). Returns 0 and sets *out (free with
 // context_free), or -1 with a message (e.g. the memory is not there).
 int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out);
+// Frees c: its KV cache and history, and its scratch when it owns it (free the
+// sequences made with context_init_seq before their base).
 void context_free(struct context *c);
+// Makes another sequence beside base: a context of the same model, backend and
+// size with a KV cache and history of its own that borrows base's scratch, so
+// that the two can run in one batch (context_forward_batch) but never from two
+// threads at once. Returns 0 and sets *out, or -1 with a message.
+int context_init_seq(struct context *base, struct context **out);
 // Bytes of scratch a context with batch n_batch allocates on its backend
 // (beside the KV cache, model_kv_bytes): what a memory plan must count.
 uint64_t context_scratch_bytes(const struct model *m, int n_batch);
@@ -71,6 +80,23 @@ typedef int (*context_cancel_fn)(void *user);
 // written), or -1 with a message.
 int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused,
                              context_cancel_fn cancel, void *user);
+
+// One sequence's part of a batch: n tokens of c's sequence at positions
+// pos0 .. pos0+n-1 (positions before pos0 must already be in c's cache).
+struct forward_span {
+    struct context *c;     // the sequence: c itself, or one sharing its scratch
+    const int32_t *tokens; // (n) ids
+    int n, pos0;
+    bool all_logits; // logits for every token of the span, else for its last
+};
+
+// Runs the spans' tokens as one batch (Σ n ≤ c->n_batch) through the weights,
+// each span attending to its own sequence's cache: decode steps of several
+// sequences, or chunks of their prompts, share each weight read. Writes the
+// wanted logits to host memory in span order: (Σ wanted rows, n_vocab).
+// Updates each sequence's history and n_past. Returns 0 or -1 with a message
+// (nothing is run when a span is out of range).
+int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits);
 
 // context_forward that writes the final normed hidden states of all n tokens,
 // (n, n_embd), to host memory instead of logits (for embeddings). The KV cache
