@@ -311,14 +311,15 @@ static void check_sequences(struct backend *be, int max_tokens, double tol) {
             take = take < left ? take : left;
             take = take < n_batch - used ? take : n_batch - used;
             sp[n_span++] = (struct forward_span){seq[s], prompts[s % n_prompts].ids + done[s], take, done[s],
-                                                 (rng >> 20) & 1};
+                                                 (rng >> 20) % 3};
             used += take;
         }
         CHECK(context_forward_batch(seq[0], sp, n_span, out) == 0, "%s", st_last_error());
         const float *o = out;
         for (int i = 0; i < n_span; i++) {
             const int s = (int)(sp[i].c == seq[1]) + 2 * (int)(sp[i].c == seq[2]);
-            for (int p = sp[i].all_logits ? sp[i].pos0 : sp[i].pos0 + sp[i].n - 1; p < sp[i].pos0 + sp[i].n;
+            const int end = sp[i].logits == SPAN_LOGITS_NONE ? 0 : sp[i].pos0 + sp[i].n;
+            for (int p = sp[i].logits == SPAN_LOGITS_ALL ? sp[i].pos0 : sp[i].pos0 + sp[i].n - 1; p < end;
                  p++, o += V, rows_checked++)
                 for (int v = 0; v < V; v++) md = fmax(md, fabs((double)o[v] - ref[s][(size_t)p * V + v]));
             CHECK(sp[i].c->n_past == sp[i].pos0 + sp[i].n, "n_past %d after a span ending at %d",
@@ -331,7 +332,7 @@ static void check_sequences(struct backend *be, int max_tokens, double tol) {
            n[0], n[1], n[2], steps, rows_checked, md);
     CHECK(md <= tol, "a sequence's logits in a shared batch differ from its own by %.4g", md);
     // a span out of its context is refused before anything runs
-    const struct forward_span bad = {seq[1], prompts[0].ids, 2, 255, false};
+    const struct forward_span bad = {seq[1], prompts[0].ids, 2, 255, SPAN_LOGITS_LAST};
     CHECK(context_forward_batch(seq[0], &bad, 1, out) == -1, "a span past the context was accepted");
     for (int s = 0; s < S; s++) free(ref[s]);
     free(out);

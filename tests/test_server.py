@@ -510,9 +510,13 @@ def t_disconnect(srv, model_id):
     check(m1["strata_generation_tokens_per_second"] == m0["strata_generation_tokens_per_second"],
           "a cancelled request moved the generation speed gauge")
     stopped_in = time.time() - t0
-    # a queued request whose client leaves is dropped from the queue
-    c, r = open_stream(srv.port, dict(counting, prompt="100, 101, 102, 103,"))
-    next(sse_events(r))
+    # a queued request whose client leaves is dropped from the queue: every slot busy first
+    slots = json.loads(http_call(srv.port, "GET", "/props", headers=auth())[2])["total_slots"]
+    streams = []
+    for i in range(slots):
+        c, r = open_stream(srv.port, dict(counting, prompt=f"{100 + i}, {101 + i}, {102 + i}, {103 + i},"))
+        next(sse_events(r))
+        streams.append(c)
     sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10 * SLOW)
     body = json.dumps({"prompt": "queued", "max_tokens": 5}).encode()
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
@@ -521,11 +525,41 @@ def t_disconnect(srv, model_id):
     wait_for(lambda: metrics(srv.port)["strata_requests_queued"] == 1, 3, "the request queueing")
     sock.close()
     wait_for(lambda: metrics(srv.port)["strata_requests_queued"] == 0, 2, "the queued request leaving")
-    c.close()
-    wait_for(lambda: metrics(srv.port)["strata_requests_in_flight"] == 0, 3, "the second stream stopping")
+    for c in streams:
+        c.close()
+    wait_for(lambda: metrics(srv.port)["strata_requests_in_flight"] == 0, 3, "the other streams stopping")
     s, _, b = http_call(srv.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}, auth())
     check(s == 200, f"server not serving after disconnects: {s}")
     print(f"    disconnect: generation stopped {stopped_in * 1e3:.0f} ms after the client left", flush=True)
+
+
+def t_parallel_greedy(srv, model_id):
+    """Greedy answers are the same whether a request runs alone or in a batch with others."""
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a dragon",
+               "1, 1, 2, 3, 5, 8,", "The three primary colors are", "In 1969, the first"]
+    body = lambda p: {"prompt": p, "max_tokens": 24, "temperature": 0}
+    alone = []
+    for p in prompts:
+        st, _, b = http_call(srv.port, "POST", "/v1/completions", body(p), auth())
+        check(st == 200, f"status {st}: {b[:200]!r}")
+        alone.append(json.loads(b)["choices"][0]["text"])
+    together = [None] * len(prompts)
+
+    def run(i):
+        st, _, b = http_call(srv.port, "POST", "/v1/completions", body(prompts[i]), auth())
+        together[i] = json.loads(b)["choices"][0]["text"] if st == 200 else f"status {st}"
+
+    busiest = 0
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        busiest = max(busiest, metrics(srv.port)["strata_requests_in_flight"])
+        time.sleep(0.01)
+    for i, p in enumerate(prompts):
+        check(together[i] == alone[i], f"{p!r}: alone {alone[i]!r}, in a batch {together[i]!r}")
+    print(f"    parallel: {len(prompts)} greedy answers equal alone and together ({int(busiest)} ran at once)",
+          flush=True)
 
 
 def percentile(v, p):
@@ -661,7 +695,7 @@ def t_page(srv, model_id):
 
 def t_limits(binary, model):
     """--max-queue and --timeout on a server of their own."""
-    srv = Server(binary, model, "--timeout", str(2 * SLOW), "--max-queue", "1", "--idle-timeout", "1")
+    srv = Server(binary, model, "--timeout", str(2 * SLOW), "--max-queue", "1", "--idle-timeout", "1", "-np", "1")
     try:
         # counting on, greedily: an answer that does not end by itself within the timeout
         long_body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "max_tokens": 500, "temperature": 0,
@@ -817,6 +851,8 @@ def main():
     ap.add_argument("--requests", type=int, default=8, help="requests per client (--load-only)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", default="1", help="-t for the server (--load-only)")
+    ap.add_argument("--parallel", default=None, help="-np for the server (--load-only; default: the server's)")
+    ap.add_argument("--backend", default=None, help="--backend for the server (--load-only)")
     args = ap.parse_args()
     seed = int(os.environ.get("STRATA_SEED", random.randrange(1 << 30)))
     print(f"seed {seed} (set STRATA_SEED to repeat)", flush=True)
@@ -829,7 +865,8 @@ def main():
         print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
         return 1
     if args.load_only:
-        srv = Server(args.bin, args.model, "-t", args.threads, "-c", "2048")
+        extra = (["-np", args.parallel] if args.parallel else []) + (["--backend", args.backend] if args.backend else [])
+        srv = Server(args.bin, args.model, "-t", args.threads, "-c", "2048", *extra)
         try:
             errors, records, wall = load_test(srv.port, args.clients, args.requests, args.max_tokens,
                                               {"Content-Type": "application/json"})
@@ -847,7 +884,8 @@ def main():
                          ("length_and_seed", t_length_and_seed), ("stop_strings", t_stop_strings),
                          ("prompt_reuse", t_prompt_reuse), ("utf8_stream", t_utf8_stream), ("tokenize", t_tokenize),
                          ("bad_requests", t_bad_requests), ("routes_and_keys", t_routes_and_keys),
-                         ("body_limits", t_body_limits), ("disconnect", t_disconnect), ("load", t_load),
+                         ("body_limits", t_body_limits), ("disconnect", t_disconnect),
+                         ("parallel_greedy", t_parallel_greedy), ("load", t_load),
                          ("endpoints", t_endpoints), ("template_kwargs_ignored", t_template_kwargs_ignored),
                          ("page", t_page)]:
             run_test(name, fn, srv, model_id)

@@ -14,8 +14,9 @@ static const char serve_help[] =
     "\n"
     "Serves the model over HTTP: an OpenAI-compatible API (/v1/chat/completions,\n"
     "/v1/completions, /v1/embeddings, /v1/models; also without /v1), /props, /health,\n"
-    "/metrics, /tokenize, /detokenize, and a chat page at /. Requests are answered one\n"
-    "at a time, in the order they came. docs/SERVER.md lists every parameter.\n"
+    "/metrics, /tokenize, /detokenize, and a chat page at /. Requests run together in\n"
+    "parallel slots, one batch per step for all of them (continuous batching); the rest\n"
+    "wait and start in the order they came. docs/SERVER.md lists every parameter.\n"
     "\n"
     "      --host ADDR        address to listen on (default: 127.0.0.1, this machine only;\n"
     "                         0.0.0.0 or :: for every interface)\n"
@@ -29,6 +30,8 @@ static const char serve_help[] =
     "                         mistral-v3-tekken, mistral-v7-tekken)\n"
     "      --no-think         a thinking template (qwen3) answers without thinking unless a\n"
     "                         request sets chat_template_kwargs.enable_thinking\n"
+    "  -np, --parallel N      requests served at once, each with a KV cache of -c positions\n"
+    "                         (default: 4, or as many as fit the memory)\n"
     "      --timeout S        a request's limit in seconds, from its arrival to its last\n"
     "                         token (default: 600)\n"
     "      --max-body BYTES   largest request body (default: 4194304)\n"
@@ -55,6 +58,7 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
     cfg->max_queue = 64;
     cfg->max_connections = 128;
     cfg->idle_timeout_s = 30;
+    int n_seq = 0; // automatic
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long n = 0;
@@ -84,6 +88,9 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
             if (chat_format_by_name(cfg->template_name, &fmt)) return -1;
         } else if (!strcmp(a, "--no-think")) {
             cfg->no_think = true;
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 256, &n)) return -1;
+            n_seq = (int)n;
         } else if (!strcmp(a, "--timeout")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, 0.1, 86400 * 7, &f)) return -1;
             cfg->timeout_s = f;
@@ -104,6 +111,7 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
         }
     }
     cfg->so = mo.s;
+    cfg->so.n_seq = n_seq;
     cfg->sp = mo.sp;
     if (!cfg->so.model) return st_fail("no model given: use -m FILE");
     return sampler_params_check(&cfg->sp);

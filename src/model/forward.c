@@ -281,6 +281,15 @@ static void attention_spans(struct context *c, const struct forward_span *sp, in
     }
 }
 
+// c->logits rows from out_row on = the output layer of rows row0 .. row0+n-1 of x.
+static void output_rows(struct context *c, int row0, int n, int out_row) {
+    struct backend *be = c->be;
+    const struct model *m = c->model;
+    const int E = m->hp.n_embd;
+    be->rms_norm(be, &m->output_norm, c->x + (size_t)row0 * E, c->xb, n, E, m->hp.norm_eps);
+    linear(be, &m->output, &m->output_b, c->xb, c->logits + (size_t)out_row * m->hp.n_vocab, n);
+}
+
 int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits) {
     const struct model *m = c->model;
     const struct model_hparams *hp = &m->hp;
@@ -321,30 +330,35 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
             be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
         be->add(be, c->x, c->xb, nE);
     }
-    int64_t n_out = 0;   // rows whose logits are wanted
     if (c->hidden_out) { // embeddings: every row's normed state, no output layer
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
         be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)nE);
     } else {
         // only the rows whose logits are wanted go through the output layer, one run
         // of consecutive rows at a time (the last rows of spans that follow each other)
-        for (int s = 0, row = 0; s < n_span;) {
-            int first = sp[s].all_logits ? row : row + sp[s].n - 1, end = row + sp[s].n;
-            row = end;
-            s++;
-            while (s < n_span && (sp[s].all_logits || sp[s].n == 1)) { // the run goes on
-                end = row + sp[s].n;
-                row = end;
-                s++;
+        int n_out = 0, run0 = 0, run1 = 0; // rows out so far; the pending run [run0, run1)
+        for (int s = 0, row = 0; s <= n_span; s++) {
+            int a = 0, b = 0; // span s's wanted rows
+            if (s < n_span) {
+                a = sp[s].logits == SPAN_LOGITS_ALL ? row : row + sp[s].n - 1;
+                b = sp[s].logits == SPAN_LOGITS_NONE ? a : row + sp[s].n;
+                row += sp[s].n;
+                if (a == b) continue;
+                if (a == run1 && run1 > run0) { // the run goes on
+                    run1 = b;
+                    continue;
+                }
             }
-            const int rows = end - first;
-            be->rms_norm(be, &m->output_norm, c->x + (size_t)first * E, c->xb, rows, E, hp->norm_eps);
-            linear(be, &m->output, &m->output_b, c->xb, c->logits + (size_t)n_out * hp->n_vocab, rows);
-            n_out += rows;
+            if (run1 > run0) {
+                output_rows(c, run0, run1 - run0, n_out);
+                n_out += run1 - run0;
+            }
+            run0 = a;
+            run1 = b;
         }
-        const int64_t n_logits = n_out * hp->n_vocab;
-        if (hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
-        be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
+        const int64_t n_logits = (int64_t)n_out * hp->n_vocab;
+        if (n_logits && hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
+        if (n_logits) be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
     }
     if (be->sync(be)) return -1;
     for (int s = 0; s < n_span; s++) {
@@ -357,7 +371,7 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
 
 int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, float *logits,
                     bool all_logits) {
-    const struct forward_span sp = {c, tokens, n, pos0, all_logits};
+    const struct forward_span sp = {c, tokens, n, pos0, all_logits ? SPAN_LOGITS_ALL : SPAN_LOGITS_LAST};
     return context_forward_batch(c, &sp, 1, logits);
 }
 
@@ -366,6 +380,19 @@ int context_forward_hidden(struct context *c, const int32_t *tokens, int n, int 
     int rc = context_forward(c, tokens, n, pos0, NULL, false);
     c->hidden_out = NULL;
     return rc;
+}
+
+int context_common_prefix(const struct context *c, const int32_t *tokens, int n) {
+    int keep = 0;
+    while (keep < c->n_past && keep < n && c->history[keep] == tokens[keep]) keep++;
+    return keep;
+}
+
+int context_reuse_prefix(struct context *c, const int32_t *tokens, int n) {
+    int keep = context_common_prefix(c, tokens, n);
+    if (keep == n && keep > 0) keep--; // the last token must run to produce logits
+    c->n_past = keep;
+    return keep;
 }
 
 int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused) {
@@ -379,11 +406,8 @@ int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, fl
         return st_fail("%d tokens do not fit the context of %d positions; use a larger -c or a "
                        "shorter prompt",
                        n, c->n_ctx);
-    int keep = 0;
-    while (keep < c->n_past && keep < n && c->history[keep] == tokens[keep]) keep++;
-    if (keep == n) keep--; // the last token must run to produce logits
+    const int keep = context_reuse_prefix(c, tokens, n);
     if (n_reused) *n_reused = keep;
-    c->n_past = keep;
     for (int p = keep; p < n;) {
         int chunk = n - p < c->n_batch ? n - p : c->n_batch;
         if (cancel && cancel(user)) return 1;

@@ -71,6 +71,12 @@ int context_forward(struct context *c, const int32_t *tokens, int n, int pos0, f
 // On return *n_reused (if not NULL) says how many tokens came from the cache.
 int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused);
 
+// How many of tokens[0..n) the cache holds already, from the start.
+int context_common_prefix(const struct context *c, const int32_t *tokens, int n);
+// Keeps that prefix in the cache (but the last of n tokens, which must run to
+// produce logits) and forgets the rest: n_past becomes the returned count.
+int context_reuse_prefix(struct context *c, const int32_t *tokens, int n);
+
 // Asked between two chunks of a prompt evaluation: non-zero stops it.
 typedef int (*context_cancel_fn)(void *user);
 // context_eval that calls cancel(user) (when not NULL) before each n_batch
@@ -87,7 +93,7 @@ struct forward_span {
     struct context *c;     // the sequence: c itself, or one sharing its scratch
     const int32_t *tokens; // (n) ids
     int n, pos0;
-    bool all_logits; // logits for every token of the span, else for its last
+    enum { SPAN_LOGITS_LAST, SPAN_LOGITS_ALL, SPAN_LOGITS_NONE } logits; // which rows' logits come back
 };
 
 // Runs the spans' tokens as one batch (Σ n ≤ c->n_batch) through the weights,

@@ -2,6 +2,7 @@
 #include "model/generate.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "text/tokenizer.h"
 #include "util.h"
@@ -12,84 +13,146 @@ int generate(struct context *c, struct sampler *s, const int32_t *prompt, int n_
     return generate_hooked(c, s, prompt, n_prompt, n_predict, &h, stats);
 }
 
-int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
-                    const struct gen_hooks *h, struct gen_stats *stats) {
-    gen_token_fn on_token = h->on_token;
-    void *user = h->user;
-    struct gen_stats st = {.n_prompt = n_prompt, .stop_reason = GEN_STOP_LENGTH};
-    const struct tokenizer *tok = c->model->tok;
-    const int n_vocab = c->model->hp.n_vocab;
+int gen_seq_begin(struct gen_seq *g, struct context *c, struct sampler *s, const int32_t *prompt,
+                  int n_prompt, int n_predict, const struct gen_hooks *hooks) {
+    memset(g, 0, sizeof *g);
+    if (n_prompt < 1) return st_fail("nothing to evaluate: the prompt has no tokens");
     if (n_prompt > c->n_ctx)
         return st_fail("the prompt has %d tokens but the context holds %d; use a larger -c or a "
                        "shorter prompt",
                        n_prompt, c->n_ctx);
-    size_t cap = 256;
-    float *logits = malloc(sizeof(float) * (size_t)n_vocab);
-    char *piece = malloc(cap);
-    if (!logits || !piece) {
-        free(logits);
-        free(piece);
-        return st_fail("out of memory for %d logits", n_vocab);
-    }
-    int rc = -1;
-    double t0 = st_time_s();
-    int erc = context_eval_cancellable(c, prompt, n_prompt, logits, &st.n_reused, h->cancel, user);
-    st.t_prompt = st_time_s() - t0;
-    if (erc < 0) goto out;
-    if (erc > 0) {
-        st.stop_reason = GEN_STOP_CALLER;
-        rc = 0;
-        goto out;
-    }
-    sampler_reset(s);
-    for (int i = 0; i < n_prompt; i++) sampler_accept(s, prompt[i]);
+    g->c = c;
+    g->s = s;
+    if (hooks) g->h = *hooks;
+    g->prompt = prompt;
+    g->n_prompt = n_prompt;
+    g->n_predict = n_predict;
+    g->st = (struct gen_stats){.n_prompt = n_prompt, .stop_reason = GEN_STOP_LENGTH};
+    g->pos = g->st.n_reused = context_reuse_prefix(c, prompt, n_prompt);
+    g->prev = prompt[n_prompt - 1];
+    g->cap = 256;
+    g->piece = st_xmalloc(g->cap);
+    g->t0 = st_time_s();
+    return 0;
+}
 
-    t0 = st_time_s();
-    int32_t prev = n_prompt ? prompt[n_prompt - 1] : -1;
-    for (;;) {
-        if (n_predict >= 0 && st.n_gen >= n_predict) {
-            st.stop_reason = GEN_STOP_LENGTH;
-            break;
-        }
-        if (h->on_logits && h->on_logits(user, logits)) {
-            st.stop_reason = GEN_STOP_CALLER;
-            break;
-        }
-        int32_t id = sampler_sample(s, logits);
-        if (tokenizer_is_eog(tok, id)) {
-            st.stop_reason = GEN_STOP_EOG;
-            break;
-        }
-        sampler_accept(s, id);
-        st.n_gen++;
-        int len = tokenizer_piece(tok, prev, id, false, piece, cap);
-        if (len < 0) goto out;
-        if ((size_t)len > cap) {
-            char *bigger = realloc(piece, (size_t)len);
-            if (!bigger) {
-                st_fail("out of memory");
-                goto out;
-            }
-            piece = bigger;
-            cap = (size_t)len;
-            tokenizer_piece(tok, prev, id, false, piece, cap);
-        }
-        if (on_token && on_token(user, id, piece, (size_t)len)) {
-            st.stop_reason = GEN_STOP_CALLER;
-            break;
-        }
-        prev = id;
-        if (c->n_past >= c->n_ctx) {
-            st.stop_reason = GEN_STOP_CONTEXT;
-            break;
-        }
-        if (context_forward(c, &id, 1, c->n_past, logits, false)) goto out;
+bool gen_seq_span(struct gen_seq *g, int max, struct forward_span *sp) {
+    if (g->done) return false;
+    if (g->decoding) {
+        *sp = (struct forward_span){g->c, &g->next, 1, g->c->n_past, SPAN_LOGITS_LAST};
+        return true;
     }
-    st.t_gen = st_time_s() - t0;
-    rc = 0;
-out:
-    free(piece);
+    if (g->h.cancel && g->h.cancel(g->h.user)) {
+        g->st.stop_reason = GEN_STOP_CALLER;
+        g->st.t_prompt = st_time_s() - g->t0;
+        g->done = true;
+        return false;
+    }
+    int n = g->n_prompt - g->pos;
+    if (n > max) n = max;
+    if (n > g->c->n_batch) n = g->c->n_batch;
+    const bool last = g->pos + n == g->n_prompt;
+    *sp = (struct forward_span){g->c, g->prompt + g->pos, n, g->pos,
+                                last ? SPAN_LOGITS_LAST : SPAN_LOGITS_NONE};
+    return true;
+}
+
+// Draws the next token from logits; sets next, or ends g.
+static void sample_step(struct gen_seq *g, float *logits) {
+    const struct tokenizer *tok = g->c->model->tok;
+    if (g->n_predict >= 0 && g->st.n_gen >= g->n_predict) {
+        g->st.stop_reason = GEN_STOP_LENGTH;
+        g->done = true;
+        return;
+    }
+    if (g->h.on_logits && g->h.on_logits(g->h.user, logits)) {
+        g->st.stop_reason = GEN_STOP_CALLER;
+        g->done = true;
+        return;
+    }
+    int32_t id = sampler_sample(g->s, logits);
+    if (tokenizer_is_eog(tok, id)) {
+        g->st.stop_reason = GEN_STOP_EOG;
+        g->done = true;
+        return;
+    }
+    sampler_accept(g->s, id);
+    g->st.n_gen++;
+    int len = tokenizer_piece(tok, g->prev, id, false, g->piece, g->cap);
+    if (len >= 0 && (size_t)len > g->cap) {
+        char *bigger = realloc(g->piece, (size_t)len);
+        if (!bigger) {
+            st_fail("out of memory");
+            gen_seq_fail(g);
+            return;
+        }
+        g->piece = bigger;
+        g->cap = (size_t)len;
+        tokenizer_piece(tok, g->prev, id, false, g->piece, g->cap);
+    }
+    if (len < 0) {
+        gen_seq_fail(g);
+        return;
+    }
+    if (g->h.on_token && g->h.on_token(g->h.user, id, g->piece, (size_t)len)) {
+        g->st.stop_reason = GEN_STOP_CALLER;
+        g->done = true;
+        return;
+    }
+    g->prev = id;
+    if (g->c->n_past >= g->c->n_ctx) {
+        g->st.stop_reason = GEN_STOP_CONTEXT;
+        g->done = true;
+        return;
+    }
+    g->next = id;
+}
+
+void gen_seq_advance(struct gen_seq *g, float *logits) {
+    if (g->done) return;
+    if (!g->decoding) {
+        g->pos = g->c->n_past;
+        if (g->pos < g->n_prompt) return; // more of the prompt to run
+        const double now = st_time_s();
+        g->st.t_prompt = now - g->t0;
+        g->t0 = now;
+        g->decoding = true;
+        sampler_reset(g->s);
+        for (int i = 0; i < g->n_prompt; i++) sampler_accept(g->s, g->prompt[i]);
+    }
+    sample_step(g, logits);
+    if (g->done) g->st.t_gen = st_time_s() - g->t0;
+}
+
+void gen_seq_fail(struct gen_seq *g) {
+    g->rc = -1;
+    g->done = true;
+}
+
+int gen_seq_end(struct gen_seq *g, struct gen_stats *stats) {
+    if (g->decoding && !g->st.t_gen) g->st.t_gen = st_time_s() - g->t0;
+    if (stats) *stats = g->st;
+    free(g->piece);
+    g->piece = NULL;
+    return g->rc;
+}
+
+int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
+                    const struct gen_hooks *h, struct gen_stats *stats) {
+    struct gen_seq g;
+    if (gen_seq_begin(&g, c, s, prompt, n_prompt, n_predict, h)) return -1;
+    float *logits = malloc(sizeof(float) * (size_t)c->model->hp.n_vocab);
+    if (!logits) {
+        gen_seq_end(&g, NULL);
+        return st_fail("out of memory for %d logits", c->model->hp.n_vocab);
+    }
+    struct forward_span sp;
+    while (gen_seq_span(&g, c->n_batch, &sp)) {
+        if (context_forward_batch(c, &sp, 1, logits))
+            gen_seq_fail(&g);
+        else
+            gen_seq_advance(&g, sp.logits == SPAN_LOGITS_NONE ? NULL : logits);
+    }
     free(logits);
-    if (stats) *stats = st;
-    return rc;
+    return gen_seq_end(&g, stats);
 }

@@ -2,6 +2,7 @@
 #ifndef STRATA_GENERATE_H
 #define STRATA_GENERATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,5 +52,53 @@ struct gen_hooks {
 // n_batch tokens, and the logits can be read or changed before each draw.
 int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt, int n_prompt, int n_predict,
                     const struct gen_hooks *hooks, struct gen_stats *stats);
+
+// One generation advanced a step at a time, so that a caller can run the steps
+// of several (each on its own sequence, context_init_seq) in one batch:
+//
+//   gen_seq_begin(&g, ...);
+//   while (gen_seq_span(&g, budget, &span)) {
+//       context_forward_batch(c, &span, 1, logits);   // or many spans at once
+//       gen_seq_advance(&g, logits);                  // the span's logits row
+//   }
+//   gen_seq_end(&g, &stats);
+//
+// generate_hooked is exactly this loop with a batch of one.
+struct gen_seq {
+    struct context *c;
+    struct sampler *s;
+    struct gen_hooks h;
+    const int32_t *prompt; // borrowed until gen_seq_end
+    int n_prompt, n_predict;
+    int pos;       // the next prompt position to run
+    bool decoding; // the prompt is in: the next span is the token `next`
+    bool done;
+    int32_t next, prev;
+    char *piece;
+    size_t cap;
+    double t0;
+    int rc; // -1 after an error (with its message)
+    struct gen_stats st;
+};
+
+// Starts a generation of up to n_predict tokens (< 0: until the end of turn or
+// a full context) after prompt[0..n_prompt) on c, reusing the longest prefix
+// c's cache holds. Returns 0, or -1 with a message (the prompt does not fit).
+int gen_seq_begin(struct gen_seq *g, struct context *c, struct sampler *s, const int32_t *prompt,
+                  int n_prompt, int n_predict, const struct gen_hooks *hooks);
+// Fills *sp with the tokens g runs next, at most max (≥ 1): a chunk of the
+// prompt (asking hooks.cancel first) or the last sampled token. Returns false
+// when g is done (then nothing is to run).
+bool gen_seq_span(struct gen_seq *g, int max, struct forward_span *sp);
+// Takes the result of the span gen_seq_span gave, once the batch has run:
+// logits is its row (n_vocab; the hooks may change it), or NULL when the span
+// wanted none (a prompt chunk before the last). Samples, calls the hooks, and
+// decides the next span or the end. A forward error is reported with
+// gen_seq_fail instead.
+void gen_seq_advance(struct gen_seq *g, float *logits);
+// Ends g after a failed forward pass (the message is already set).
+void gen_seq_fail(struct gen_seq *g);
+// Frees g and fills *stats (if not NULL). Returns 0, or -1 when it failed.
+int gen_seq_end(struct gen_seq *g, struct gen_stats *stats);
 
 #endif

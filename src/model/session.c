@@ -13,6 +13,7 @@
 void session_opts_default(struct session_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_batch = SESSION_DEFAULT_BATCH;
+    o->n_seq = 1;
     o->backend = "auto";
 }
 
@@ -22,6 +23,7 @@ int session_open(const struct session_opts *o, struct session *s) {
     if (o->n_ctx < 0 || o->n_batch < 1)
         return st_fail("context %d and batch %d: the context must be ≥ 0 and the batch ≥ 1", o->n_ctx,
                        o->n_batch);
+    if (o->n_seq < 0) return st_fail("%d sequences: there must be at least one", o->n_seq);
     if (model_load(o->model, &s->model)) return -1;
     if (o->progress) session_prefault(s->model);
     const struct model_hparams *hp = &s->model->hp;
@@ -35,10 +37,26 @@ int session_open(const struct session_opts *o, struct session *s) {
     const struct backend_opts bo = {.n_threads = o->n_threads, .device = 0};
     if (!(s->be = backend_open(o->backend, &bo))) goto fail;
     const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
-    if (s->be->check_memory(s->be, s->model->weight_bytes, model_kv_bytes(s->model, n_ctx),
-                            context_scratch_bytes(s->model, n_batch), n_ctx))
+    const uint64_t kv = model_kv_bytes(s->model, n_ctx), scratch = context_scratch_bytes(s->model, n_batch);
+    // the most sequences, up to the number asked for (or SESSION_AUTO_SEQ), that fit
+    const int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ;
+    int n_seq = want;
+    while (n_seq > 1 &&
+           s->be->check_memory(s->be, s->model->weight_bytes, kv * (uint64_t)n_seq, scratch, n_ctx * n_seq))
+        n_seq--;
+    if (s->be->check_memory(s->be, s->model->weight_bytes, kv, scratch, n_ctx)) goto fail; // says why
+    if (o->n_seq && n_seq < want) {
+        st_fail("%d parallel sequences (-np) of %d positions need %.2f GiB of KV cache (%.2f GiB each), "
+                "more than %s has: use -np %d or less, or a smaller -c",
+                want, n_ctx, (double)kv * want / 1073741824.0, kv / 1073741824.0, s->be->name, n_seq);
         goto fail;
+    }
     if (context_init(s->model, s->be, n_ctx, n_batch, &s->ctx)) goto fail;
+    s->seq = st_xcalloc((size_t)n_seq, sizeof *s->seq);
+    s->seq[0] = s->ctx;
+    s->n_seq = 1;
+    for (; s->n_seq < n_seq; s->n_seq++)
+        if (context_init_seq(s->ctx, &s->seq[s->n_seq])) goto fail;
     return 0;
 fail:
     session_close(s);
@@ -85,6 +103,8 @@ void session_prefault(const struct model *m) {
 }
 
 void session_close(struct session *s) {
+    for (int i = s->n_seq - 1; i > 0; i--) context_free(s->seq[i]);
+    free(s->seq);
     context_free(s->ctx);
     if (s->be) s->be->free(s->be);
     model_free(s->model);

@@ -15,6 +15,7 @@
 
 #define SESSION_DEFAULT_CTX 4096
 #define SESSION_DEFAULT_BATCH 512
+#define SESSION_AUTO_SEQ 4
 
 struct session_opts {
     const char *model;   // GGUF path (required)
@@ -22,20 +23,24 @@ struct session_opts {
     int n_batch;         // tokens per forward pass (capped by n_ctx)
     int n_threads;       // CPU threads; ≤ 0: every core
     const char *backend; // a registry name (backend.h) or "auto"
+    int n_seq;           // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
+                         // or 0: as many as SESSION_AUTO_SEQ that fit the memory
     bool progress;       // pre-fault the model file's pages before use, with a progress
                          // bar on stderr when it is a terminal and this takes a while
 };
 
 struct session {
-    struct model *model; // owned
-    struct backend *be;  // owned
-    struct context *ctx; // owned
+    struct model *model;  // owned
+    struct backend *be;   // owned
+    struct context *ctx;  // owned: sequence 0
+    struct context **seq; // [n_seq] owned: ctx, then the others (context_init_seq)
+    int n_seq;
 };
 
 void session_opts_default(struct session_opts *o);
 
-// Loads the model, opens the backend, checks that the KV cache and scratch fit
-// the backend's memory, and makes the context. Returns 0 and fills *s (free
+// Loads the model, opens the backend, checks that the KV caches and scratch fit
+// the backend's memory, and makes the context and its sequences. Returns 0 and fills *s (free
 // with session_close), or -1 with a message and *s zeroed.
 int session_open(const struct session_opts *o, struct session *s);
 // Reads every page of the model's file mapping into memory, so that the first

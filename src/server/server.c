@@ -95,6 +95,7 @@ out:
     srv_stop(s);
     srv_http_stop(s);
     if (worker_started) pthread_join(worker, NULL);
+    srv_slots_free(s);
     grammar_vocab_free(s->gvocab);
     session_close(&s->sess);
     pthread_cond_destroy(&s->work_cv);

@@ -11,8 +11,9 @@
 //                     forced calls as a grammar, calls parsed from answers
 //   server_json.c     responses shaped as OpenAI's: completions, chunks,
 //                     logprobs, tool calls, embeddings, /props, errors
-//   server_queue.c    the FIFO of jobs and the one worker thread that owns the
-//                     model and its context: choices, sampling hooks
+//   server_queue.c    the FIFO of jobs: submission, cancellation, waits
+//   server_worker.c   the worker thread that owns the model and its context:
+//                     continuous batching over slots, choices, sampling hooks
 //                     (penalties, logit_bias, grammar masks, logprobs),
 //                     cancellation, embeddings
 //   server_metrics.c  counters and the Prometheus text of /metrics
@@ -21,7 +22,8 @@
 //   server_page.c     the chat page served at /, its icon, the Markdown renderer
 //
 // Threads: libmicrohttpd runs each connection on its own thread; one worker
-// thread loads the model, then runs jobs one at a time in arrival order. A
+// thread loads the model, then runs jobs in its slots (-np), admitted in
+// arrival order, every running job advanced by each batched step. A
 // job is shared by its connection's thread and the worker under server.mu;
 // each side holds a reference.
 #ifndef STRATA_SERVER_H
@@ -213,6 +215,13 @@ struct server {
     struct srv_job *head, *tail; // the queue
     int n_queued;
     int n_running;
+    // The worker's own (server_worker.c): a slot per sequence of the session
+    struct srv_slot *slots; // [n_slots]
+    int n_slots;
+    struct srv_slot **slot_order; // [n_slots] a step's order
+    struct forward_span *spans;   // [n_slots] a step's batch
+    struct srv_slot **span_slots; // [n_slots] whose each span is
+    float *step_logits;           // (n_slots, n_vocab) a step's logits
     struct srv_metrics metrics;
     uint64_t rng;            // ids and default seeds
     pthread_mutex_t json_mu; // cJSON's parser keeps a global error position
@@ -231,10 +240,21 @@ void srv_make_id(struct server *s, const char *prefix, char *out, size_t cap);
 // model fails. Returns the process exit status (0 after a signal, 1 on failure).
 int server_run(const struct server_config *cfg);
 
-// --- server_queue.c ---
+// --- server_worker.c ---
 // The worker thread: loads the model (state SRV_READY, or SRV_FAILED with
-// load_error), then runs queued jobs until state is SRV_STOPPING.
+// load_error), then runs queued jobs, several at once in its slots, until
+// state is SRV_STOPPING.
 void *srv_worker_main(void *server);
+// Frees the slots (after the worker has been joined).
+void srv_slots_free(struct server *s);
+
+// --- server_queue.c ---
+// Frees a job whose last reference is gone.
+void srv_job_free(struct srv_job *j);
+// Marks j done with finish f, waking its connection. Caller holds s->mu.
+void srv_job_finish_locked(struct server *s, struct srv_job *j, enum srv_finish f);
+// Unlinks a queued job. Caller holds s->mu.
+void srv_queue_remove_locked(struct server *s, struct srv_job *j);
 // Queues a generation of req (moved into the job; req is zeroed). Returns the
 // job with two references (one for the caller, one for the worker), or NULL
 // with a 503 in err when the queue is full or the server is stopping.

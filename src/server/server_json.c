@@ -412,6 +412,7 @@ char *srv_json_props(const struct server *s) {
     cJSON_AddNumberToObject(root, "n_vocab", hp->n_vocab);
     cJSON_AddNumberToObject(root, "n_embd", hp->n_embd);
     cJSON_AddNumberToObject(root, "n_batch", s->sess.ctx->n_batch);
+    cJSON_AddNumberToObject(root, "total_slots", s->n_slots);
     cJSON_AddStringToObject(root, "backend", s->sess.be->name);
     cJSON_AddStringToObject(root, "chat_template", s->have_chat ? chat_template_name(s->fmt.kind) : "none");
     cJSON_AddStringToObject(root, "embedding_pooling", pooling[s->pooling & 3]);
