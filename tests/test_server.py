@@ -853,6 +853,7 @@ def main():
     ap.add_argument("--threads", default="1", help="-t for the server (--load-only)")
     ap.add_argument("--parallel", default=None, help="-np for the server (--load-only; default: the server's)")
     ap.add_argument("--backend", default=None, help="--backend for the server (--load-only)")
+    ap.add_argument("--template", default=None, help="--template for the server (--load-only)")
     args = ap.parse_args()
     seed = int(os.environ.get("STRATA_SEED", random.randrange(1 << 30)))
     print(f"seed {seed} (set STRATA_SEED to repeat)", flush=True)
@@ -865,7 +866,8 @@ def main():
         print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
         return 1
     if args.load_only:
-        extra = (["-np", args.parallel] if args.parallel else []) + (["--backend", args.backend] if args.backend else [])
+        extra = (["-np", args.parallel] if args.parallel else []) + (["--backend", args.backend] if args.backend else []) + \
+            (["--template", args.template] if args.template else [])
         srv = Server(args.bin, args.model, "-t", args.threads, "-c", "2048", *extra)
         try:
             errors, records, wall = load_test(srv.port, args.clients, args.requests, args.max_tokens,

@@ -171,13 +171,12 @@ static void log_job(const struct srv_job *j, double t_total) {
             j->finish == SRV_FINISH_ERROR ? ": " : "", j->finish == SRV_FINISH_ERROR ? j->error : "");
 }
 
-
 // One sequence of the context and the job that has it.
 struct srv_slot {
-    struct context *c; // its KV cache (a sequence of the session)
-    struct srv_job *j; // NULL: free
-    double t_free;     // when it was last freed (the longest idle is taken first)
-    double t0;         // when the job started here
+    struct context *c;      // its KV cache (a sequence of the session)
+    struct srv_job *j;      // NULL: free
+    double t_free;          // when it was last freed (the longest idle is taken first)
+    double t0;              // when the job started here
     struct gen_stats total; // the job's choices so far
     enum srv_finish finish;
     char error[256];
@@ -392,8 +391,9 @@ static void admit_locked(struct server *s) {
         for (int i = 0; i < s->n_slots; i++) {
             struct srv_slot *sl = &s->slots[i];
             if (sl->j) continue;
-            const int keep =
-                j->req.kind == SRV_EMBEDDING ? 0 : context_common_prefix(sl->c, j->req.prompt, j->req.n_prompt);
+            const int keep = j->req.kind == SRV_EMBEDDING
+                                 ? 0
+                                 : context_common_prefix(sl->c, j->req.prompt, j->req.n_prompt);
             if (keep > best_keep || (keep == best_keep && sl->t_free < best->t_free)) {
                 best = sl;
                 best_keep = keep;
@@ -518,7 +518,6 @@ static int worker_load(struct server *s) {
             s->model_id, st_time_s() - t0, s->sess.be->name, s->sess.n_seq, s->n_ctx);
     return 0;
 }
-
 
 // Makes the slots, one per sequence of the session.
 static void slots_init(struct server *s) {
