@@ -416,7 +416,6 @@ char *srv_json_props(const struct server *s) {
     cJSON_AddStringToObject(root, "backend", s->sess.be->name);
     cJSON_AddStringToObject(root, "chat_template", s->have_chat ? chat_template_name(s->fmt.kind) : "none");
     cJSON_AddStringToObject(root, "embedding_pooling", pooling[s->pooling & 3]);
-    cJSON_AddNumberToObject(root, "total_slots", 1);
     cJSON_AddBoolToObject(root, "api_key_required", s->cfg.api_key != NULL);
     cJSON_AddNumberToObject(root, "timeout_s", s->cfg.timeout_s);
     cJSON_AddNumberToObject(root, "max_queue", s->cfg.max_queue);
