@@ -24,6 +24,7 @@
 //   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
 #include "test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,8 +103,10 @@ static bool get(struct backend *be, float *host, const void *p, size_t n) {
 // --- comparison ------------------------------------------------------------------------
 
 // Checks got against want: element i within bound[i], or within
-// atol_rel·rms(want) + rtol·|want_i| when bound is NULL, and the NMSE within
-// nmse_max. Counts the case and prints the worst element on failure.
+// atol_rel·rms(want) + rtol·|want_i| + FLT_MIN when bound is NULL (below the
+// smallest normal float no float result has relative precision: an activation
+// of a large negative input is 1e-62 in double, 0 or a subnormal in float), and
+// the NMSE within nmse_max. Counts the case and prints the worst element on failure.
 static bool compare(const char *be_name, const char *what, const float *got, const float *want,
                     const double *bound, size_t n, double atol_rel, double rtol, double nmse_max) {
     double ss_ref = 0, ss_err = 0;
@@ -113,7 +116,7 @@ static bool compare(const char *be_name, const char *what, const float *got, con
     double worst_ratio = -1;
     for (size_t i = 0; i < n; i++) {
         const double d = fabs((double)got[i] - want[i]);
-        const double allowed = bound ? bound[i] : atol_rel * rms + rtol * fabs(want[i]);
+        const double allowed = bound ? bound[i] : atol_rel * rms + rtol * fabs(want[i]) + FLT_MIN;
         const double ratio = isnan(d) ? INFINITY : (allowed > 0 ? d / allowed : (d > 0 ? INFINITY : 0));
         if (!(d <= allowed)) bad++;
         if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
@@ -126,7 +129,7 @@ static bool compare(const char *be_name, const char *what, const float *got, con
         return true;
     }
     test_n_fail++;
-    const double allowed_w = bound ? bound[worst] : atol_rel * rms + rtol * fabs(want[worst]);
+    const double allowed_w = bound ? bound[worst] : atol_rel * rms + rtol * fabs(want[worst]) + FLT_MIN;
     printf("  FAIL %s %s: %zu of %zu elements out; worst [%zu] got %.9g want %.9g (|diff| %.3g, "
            "allowed %.3g); NMSE %.3g (max %.3g)\n",
            be_name, what, bad, n, worst, (double)got[worst], (double)want[worst],
