@@ -148,7 +148,8 @@ static int run_on_token(void *user, int32_t id, const char *piece, size_t len) {
 static const char *const finish_names[] = {"stop",  "length",   "cancelled", "timeout",
                                            "error", "shutdown", "tool_calls"};
 
-static void log_job(const struct srv_job *j, double t_total) {
+// Logs j's end; n_taken: the tokens its connection had sent (read under s->mu).
+static void log_job(const struct srv_job *j, double t_total, int n_taken) {
     const struct gen_stats *st = &j->stats;
     if (j->req.kind == SRV_EMBEDDING) {
         fprintf(stderr, "strata serve: %s: %d inputs, %d tokens, %.2f s, %s%s%s\n", j->id, j->req.n_inputs,
@@ -160,7 +161,7 @@ static void log_job(const struct srv_job *j, double t_total) {
         fprintf(stderr,
                 "strata serve: %s: client disconnected after %d of %d generated tokens "
                 "were sent; generation stopped (%.2f s)\n",
-                j->id, j->n_taken < st->n_gen ? j->n_taken : st->n_gen, st->n_gen, t_total);
+                j->id, n_taken < st->n_gen ? n_taken : st->n_gen, st->n_gen, t_total);
         return;
     }
     fprintf(stderr,
@@ -297,11 +298,11 @@ static void job_end(struct server *s, struct srv_slot *sl) {
     snprintf(j->error, sizeof j->error, "%s", sl->error);
     s->n_running--;
     srv_job_finish_locked(s, j, sl->finish);
-    double t_total = st_time_s() - j->t_arrival;
-    bool last = --j->refs == 0;
+    const double t_total = st_time_s() - j->t_arrival;
+    const int n_taken = j->n_taken;
     pthread_mutex_unlock(&s->mu);
-    log_job(j, t_total);
-    if (last) srv_job_free(j);
+    log_job(j, t_total, n_taken); // the worker's reference keeps j until here
+    srv_job_release(s, j);        // the worker's reference
     sl->j = NULL;
     sl->t_free = st_time_s();
 }
