@@ -193,7 +193,7 @@ struct srv_slot {
     float *hidden; // (n_batch, n_embd)
 };
 
-// Ends the choice running in sl, with finish f (or as its generation ended).
+// Ends the choice running in sl as its generation ended (or failed to begin).
 static void choice_end(struct server *s, struct srv_slot *sl) {
     struct srv_job *j = sl->j;
     const struct srv_request *q = &j->req;
