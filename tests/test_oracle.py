@@ -43,8 +43,8 @@ two (the bias rounding noise adds) plus 4 standard errors of d. The figures
 these bounds are measured against, and the project's targets, are in
 docs/FIDELITY.md.
 
-Prints "  ok NAME", "  FAIL NAME: why", "  skip: NAME: why", a "skipped N"
-line and "RESULT passed failed"; a skip is never a pass.
+Prints "  ok NAME", "  FAIL NAME: why", "  skip: NAME: why" and "RESULT
+passed failed skipped"; a skip is never a pass.
 
     python3 tests/test_oracle.py --bin build/strata --tool build/tests/tool_oracle --model MODEL
 """
@@ -69,8 +69,7 @@ def report(name, ok, why=""):
 
 
 def finish():
-    print(f"skipped {RESULTS['skip']}")
-    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']}")
+    print(f"RESULT {RESULTS['pass']} {RESULTS['fail']} {RESULTS['skip']}")
     sys.exit(1 if RESULTS["fail"] else 0)
 
 

@@ -6,8 +6,7 @@ cd "$(dirname "$0")/.." || exit 1
 BUILD=${STRATA_BUILD:-build}
 if ! command -v python3 >/dev/null 2>&1; then
     echo "  skip: oracle tests: python3 is not installed"
-    echo "skipped 1"
-    echo "RESULT 0 0"
+    echo "RESULT 0 0 1"
     exit 0
 fi
 exec python3 tests/test_oracle.py --bin "${STRATA_BIN:-$BUILD/strata}" --tool "$BUILD/tests/tool_oracle" \

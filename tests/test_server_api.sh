@@ -5,7 +5,7 @@
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v python3 >/dev/null 2>&1; then
     echo "  skip server api tests: python3 is not installed"
-    echo "RESULT 0 0"
+    echo "RESULT 0 0 1"
     exit 0
 fi
 exec python3 tests/test_server_api.py --bin "${STRATA_BIN:-build/strata}" \
