@@ -820,6 +820,8 @@ def t_command_line(binary, model, port_taken):
         (("serve",), 2, "no model given"),
         (("serve", "-m", model, "--port", "70000"), 2, "--port: 70000 is out of range"),
         (("serve", "-m", model, "--timeout", "soon"), 2, "--timeout: 'soon' is not a number"),
+        (("serve", "-m", model, "-np", "0"), 2, "-np: 0 is out of range [1, 256]"),
+        (("serve", "-m", model, "--port", "0", "-np", "256", "-c", "65536"), 1, "use -np"),
         (("serve", "-m", model, "--template", "nope"), 2, "nope"),
         (("serve", "-m", model, "--port", "0", "--no-think"), 1, "chatml template has no thinking switch"),
         (("serve", "-m", "/nonexistent/x.gguf"), 1, "cannot open model '/nonexistent/x.gguf'"),
