@@ -90,6 +90,18 @@ static void *balloc(struct context *c, size_t bytes, int *failed) {
     return p;
 }
 
+// The KV cache of c: per layer K and V of (n_ctx, n_head_kv*head_dim) floats.
+static void alloc_kv(struct context *c, int *failed) {
+    const struct model_hparams *hp = &c->model->hp;
+    const size_t bytes = sizeof(float) * (size_t)c->n_ctx * hp->n_head_kv * hp->head_dim;
+    c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
+    c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
+    for (int l = 0; l < hp->n_layer; l++) {
+        c->k_cache[l] = balloc(c, bytes, failed);
+        c->v_cache[l] = balloc(c, bytes, failed);
+    }
+}
+
 int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out) {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
@@ -113,14 +125,8 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
     }
     c->attn[0] = (struct attn_params){hp->attn_scale, hp->attn_softcap, 0};
     c->attn[1] = (struct attn_params){hp->attn_scale, hp->attn_softcap, hp->n_swa};
-    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
     int failed = 0;
-    c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
-    c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
-    for (int l = 0; l < hp->n_layer; l++) {
-        c->k_cache[l] = balloc(c, sizeof(float) * (size_t)n_ctx * kv_dim, &failed);
-        c->v_cache[l] = balloc(c, sizeof(float) * (size_t)n_ctx * kv_dim, &failed);
-    }
+    alloc_kv(c, &failed);
     size_t sz[N_SCRATCH];
     scratch_sizes(m, n_batch, sz);
     void **bufs[N_SCRATCH] = {(void **)&c->tokens, (void **)&c->x,          (void **)&c->xb,
@@ -145,21 +151,14 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
 
 int context_init_seq(struct context *base, struct context **out) {
     *out = NULL;
-    const struct model_hparams *hp = &base->model->hp;
-    const size_t kv_bytes = sizeof(float) * (size_t)base->n_ctx * hp->n_head_kv * hp->head_dim;
     struct context *c = st_xmalloc(sizeof *c);
     *c = *base; // the same model, backend, sizes, parameters and scratch
     c->scratch_owner = base->scratch_owner;
     c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
     c->n_past = 0;
     c->hidden_out = NULL;
-    c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
-    c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
     int failed = 0;
-    for (int l = 0; l < hp->n_layer; l++) {
-        c->k_cache[l] = balloc(c, kv_bytes, &failed);
-        c->v_cache[l] = balloc(c, kv_bytes, &failed);
-    }
+    alloc_kv(c, &failed);
     if (failed) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_last_error());
@@ -396,11 +395,6 @@ int context_reuse_prefix(struct context *c, const int32_t *tokens, int n) {
 }
 
 int context_eval(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused) {
-    return context_eval_cancellable(c, tokens, n, logits, n_reused, NULL, NULL);
-}
-
-int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused,
-                             context_cancel_fn cancel, void *user) {
     if (n < 1) return st_fail("nothing to evaluate: the prompt has no tokens");
     if (n > c->n_ctx)
         return st_fail("%d tokens do not fit the context of %d positions; use a larger -c or a "
@@ -410,7 +404,6 @@ int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, fl
     if (n_reused) *n_reused = keep;
     for (int p = keep; p < n;) {
         int chunk = n - p < c->n_batch ? n - p : c->n_batch;
-        if (cancel && cancel(user)) return 1;
         if (context_forward(c, tokens + p, chunk, p, logits, false)) return -1;
         p += chunk;
     }

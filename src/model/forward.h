@@ -79,13 +79,6 @@ int context_reuse_prefix(struct context *c, const int32_t *tokens, int n);
 
 // Asked between two chunks of a prompt evaluation: non-zero stops it.
 typedef int (*context_cancel_fn)(void *user);
-// context_eval that calls cancel(user) (when not NULL) before each n_batch
-// chunk, so a long prompt can be abandoned between two
-// forward passes. Returns 0 when done, 1 when cancelled (the cache then holds
-// a valid prefix of tokens, n_past says how much, and logits are not
-// written), or -1 with a message.
-int context_eval_cancellable(struct context *c, const int32_t *tokens, int n, float *logits, int *n_reused,
-                             context_cancel_fn cancel, void *user);
 
 // One sequence's part of a batch: n tokens of c's sequence at positions
 // pos0 .. pos0+n-1 (positions before pos0 must already be in c's cache).
