@@ -9,7 +9,8 @@
 // All activations are float32, row-major, one row per token:
 //   x    (n_tok, dim)
 //   q    (n_tok, n_head, head_dim)       k, v  (n_tok, n_head_kv, head_dim)
-//   kv cache per layer: (n_ctx, n_head_kv, head_dim), float32
+//   kv cache per layer: (n_seq·n_ctx, n_head_kv, head_dim), float32: the
+//                       sequences of a context one after another (batch_rows)
 #ifndef STRATA_BACKEND_H
 #define STRATA_BACKEND_H
 
@@ -24,6 +25,20 @@ enum backend_cap {
     BACKEND_CAP_HOST = 1u << 0,      // buffers are host memory
     BACKEND_CAP_REFERENCE = 1u << 1, // the scalar oracle every other backend is checked against
     BACKEND_CAP_GPU = 1u << 2,       // runs on a GPU device
+};
+
+// Where the rows of a batch sit, for rope, kv_store and attention: row i is
+// the token at position pos[i] of a sequence whose keys and values begin at
+// row base[i] of each layer's cache (position p is cache row base[i] + p), so
+// one op call serves several sequences, each at its own position. pos and base
+// are backend buffers the ops read (they must stay unchanged until sync);
+// host_pos and host_base hold the same values on the host, for backends that
+// plan their work there. n_kv is the most keys a row sees: max pos[i] + 1.
+struct batch_rows {
+    int n;                               // rows
+    const int32_t *pos, *base;           // backend buffers (n)
+    const int32_t *host_pos, *host_base; // host (n), the same values
+    int n_kv;
 };
 
 struct backend {
@@ -65,19 +80,21 @@ struct backend {
     void (*matmul)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
     // x (n, dim) += b (dim), each row   (b: F32 weight of dim)
     void (*add_bias)(struct backend *be, const struct weight *b, float *x, int n, int dim);
-    // In place: rotates x (n, n_head, head_dim) for positions pos0 .. pos0+n-1
+    // In place: rotates x (r->n, n_head, head_dim), row i for position r->pos[i]
     // (model/rope.h has the angles and which elements pair up).
-    void (*rope)(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+    void (*rope)(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                  const struct rope_params *rp);
-    // Stores k, v (n, n_head_kv, head_dim) into the caches at rows pos0 .. pos0+n-1.
+    // Stores k, v (r->n, n_head_kv, head_dim) into the caches: row i at cache
+    // row r->base[i] + r->pos[i].
     void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
-                     int n, int pos0, int kv_dim);
-    // out (n, n_head, head_dim): causal grouped-query attention of q; token i
-    // at position p = pos0+i sees cache rows 0 .. p (ap->window > 0: only rows
-    // p-window+1 .. p); scores s = ap->scale · q·k, soft-capped to
-    // ap->softcap · tanh(s / ap->softcap) when ap->softcap > 0, then softmax.
+                     const struct batch_rows *r, int kv_dim);
+    // out (r->n, n_head, head_dim): causal grouped-query attention of q; row i,
+    // at position p = r->pos[i], sees positions 0 .. p of its sequence, cache
+    // rows r->base[i] + 0 .. p (ap->window > 0: only positions p-window+1 .. p);
+    // scores s = ap->scale · q·k, soft-capped to ap->softcap · tanh(s /
+    // ap->softcap) when ap->softcap > 0, then softmax.
     void (*attention)(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                      float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                       const struct attn_params *ap);
     // out (n, dim) = act(g) · u, elementwise over rows whose values start every
     // `stride` floats: g[i·stride + j], u[i·stride + j] (stride ≥ dim; out is

@@ -62,6 +62,12 @@ static void reference(const float *q, const float *kc, const float *vc, double *
     free(s);
 }
 
+// n rows of one sequence at positions pos0 .. pos0+n-1, in pos and base (n each).
+static struct batch_rows prompt_rows(int32_t *pos, int32_t *base, int n, int pos0) {
+    for (int t = 0; t < n; t++) pos[t] = pos0 + t, base[t] = 0;
+    return (struct batch_rows){n, pos, base, pos, base, pos0 + n};
+}
+
 static int compare(const float *got, const double *want, size_t n, const char *what) {
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += want[i] * want[i];
@@ -124,7 +130,9 @@ static void test_attention_cases(void) {
                         free(scratch);
                     }
                     for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                    be->attention(be, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap);
+                    int32_t pos[70], base[70];
+                    const struct batch_rows rows = prompt_rows(pos, base, n, pos0);
+                    be->attention(be, q, kc, vc, got, &rows, n_head, n_head_kv, hd, &ap);
                     snprintf(what, sizeof what,
                              "backend cpu heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
                              n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
@@ -132,9 +140,11 @@ static void test_attention_cases(void) {
                     if (n > 1) { // the same queries one at a time: identical bits
                         float *one = st_xmalloc(sizeof(float) * nq);
                         const size_t row = (size_t)n_head * hd;
-                        for (int t = 0; t < n; t++)
-                            be->attention(be, q + t * row, kc, vc, one + t * row, 1, pos0 + t, n_head,
-                                          n_head_kv, hd, &ap);
+                        for (int t = 0; t < n; t++) {
+                            const struct batch_rows r1 = prompt_rows(pos, base, 1, pos0 + t);
+                            be->attention(be, q + t * row, kc, vc, one + t * row, &r1, n_head, n_head_kv, hd,
+                                          &ap);
+                        }
                         CHECK(!memcmp(one, got, sizeof(float) * nq),
                               "%s: one query at a time gives other bits", what);
                         free(one);

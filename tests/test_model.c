@@ -149,7 +149,7 @@ static float *read_logits(const char *file, int n_vocab) {
 static double check_logits(struct backend *be, double tol) {
     const int V = model->hp.n_vocab;
     struct context *c;
-    CHECK(context_init(model, be, 512, 512, &c) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 512, 512, 1, &c) == 0, "%s", st_last_error());
     if (!c) return INFINITY;
     double worst = 0;
     for (int p = 0; p < n_prompts; p++) {
@@ -195,7 +195,7 @@ static double check_logits(struct backend *be, double tol) {
 static void check_greedy(struct backend *be, int p, double tol) {
     const int V = model->hp.n_vocab;
     struct context *c;
-    CHECK(context_init(model, be, 512, 64, &c) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 512, 64, 1, &c) == 0, "%s", st_last_error());
     if (!c) return;
     float *logits = malloc(sizeof(float) * (size_t)V);
     CHECK(context_eval(c, prompts[p].ids, prompts[p].n, logits, NULL) == 0, "%s", st_last_error());
@@ -253,8 +253,8 @@ static void test_batch_equals_sequential(void) {
     const int V = model->hp.n_vocab;
     struct backend *be = backend_cpu_init(0);
     struct context *a, *b;
-    CHECK(context_init(model, be, 256, 256, &a) == 0, "%s", st_last_error());
-    CHECK(context_init(model, be, 256, 1, &b) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 256, 256, 1, &a) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 256, 1, 1, &b) == 0, "%s", st_last_error());
     const struct prompt *pr = &prompts[0];
     float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
     CHECK(context_eval(a, pr->ids, pr->n, la, NULL) == 0, "%s", st_last_error());
@@ -286,9 +286,9 @@ static void check_sequences(struct backend *be, int max_tokens, double tol) {
     enum { S = 3 };
     const int V = model->hp.n_vocab, n_batch = 40;
     struct context *seq[S], *alone;
-    CHECK(context_init(model, be, 256, n_batch, &seq[0]) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 256, n_batch, S, &seq[0]) == 0, "%s", st_last_error());
     for (int s = 1; s < S; s++) CHECK(context_init_seq(seq[0], &seq[s]) == 0, "%s", st_last_error());
-    CHECK(context_init(model, be, 256, 256, &alone) == 0, "%s", st_last_error());
+    CHECK(context_init(model, be, 256, 256, 1, &alone) == 0, "%s", st_last_error());
     int n[S];
     float *ref[S];
     for (int s = 0; s < S; s++) {
@@ -344,6 +344,12 @@ static void check_sequences(struct backend *be, int max_tokens, double tol) {
     // a span out of its context is refused before anything runs
     const struct forward_span bad = {seq[1], prompts[0].ids, 2, 255, SPAN_LOGITS_LAST};
     CHECK(context_forward_batch(seq[0], &bad, 1, out) == -1, "a span past the context was accepted");
+    // so are two spans of one sequence, and a sequence more than the cache holds
+    const struct forward_span twice[2] = {{seq[1], prompts[0].ids, 1, 0, SPAN_LOGITS_LAST},
+                                          {seq[1], prompts[0].ids + 1, 1, 1, SPAN_LOGITS_LAST}};
+    CHECK(context_forward_batch(seq[0], twice, 2, out) == -1, "two spans of one sequence were accepted");
+    struct context *extra = NULL;
+    CHECK(context_init_seq(seq[0], &extra) == -1 && !extra, "a sequence past the cache's %d was made", S);
     for (int s = 0; s < S; s++) free(ref[s]);
     free(out);
     for (int s = S - 1; s >= 0; s--) context_free(seq[s]);

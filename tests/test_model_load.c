@@ -114,8 +114,8 @@ static void check_backends_agree(const struct synth_params *p, const char *name,
     for (int i = 0; i < n; i++) toks[i] = (int32_t)((i * 7919 + 13) % V);
     struct backend *ref = backend_cpu_ref_init(), *fast = backend_cpu_init(2);
     struct context *cr, *cf;
-    CHECK(context_init(m, ref, 64, 8, &cr) == 0, "%s", st_last_error());
-    CHECK(context_init(m, fast, 64, 8, &cf) == 0, "%s", st_last_error());
+    CHECK(context_init(m, ref, 64, 8, 1, &cr) == 0, "%s", st_last_error());
+    CHECK(context_init(m, fast, 64, 8, 1, &cf) == 0, "%s", st_last_error());
     float *lr = malloc(sizeof(float) * (size_t)V), *lf = malloc(sizeof(float) * (size_t)V);
     CHECK(context_eval(cr, toks, n, lr, NULL) == 0, "%s", st_last_error());
     CHECK(context_eval(cf, toks, n, lf, NULL) == 0, "%s", st_last_error());

@@ -100,6 +100,39 @@ static bool get(struct backend *be, float *host, const void *p, size_t n) {
     return true;
 }
 
+// A batch's rows for rope, kv_store and attention (backend.h's batch_rows):
+// span s has n[s] rows at positions pos0[s] .. in cache region seq[s] of n_ctx
+// rows (pos0 NULL: each row at a random position below n_ctx). on_ref points
+// at the host values, on_be at a copy on be.
+struct rows_case {
+    int32_t *host;
+    void *buf;
+    struct batch_rows on_ref, on_be;
+};
+
+static struct rows_case rows_make(struct backend *be, int n_span, const int *seq, const int *pos0,
+                                  const int *n, int n_ctx) {
+    int total = 0, n_kv = 0;
+    for (int s = 0; s < n_span; s++) total += n[s];
+    struct rows_case rc = {st_xmalloc(sizeof(int32_t) * 2 * (size_t)total), NULL, {0}, {0}};
+    int32_t *pos = rc.host, *base = rc.host + total;
+    for (int s = 0, row = 0; s < n_span; s++)
+        for (int i = 0; i < n[s]; i++, row++) {
+            pos[row] = pos0 ? pos0[s] + i : (int32_t)(rng_u64() % (uint64_t)n_ctx);
+            base[row] = seq[s] * n_ctx;
+            if (pos[row] + 1 > n_kv) n_kv = pos[row] + 1;
+        }
+    rc.buf = put(be, rc.host, sizeof(int32_t) * 2 * (size_t)total);
+    rc.on_ref = (struct batch_rows){total, pos, base, pos, base, n_kv};
+    rc.on_be = (struct batch_rows){total, rc.buf, (int32_t *)rc.buf + total, pos, base, n_kv};
+    return rc;
+}
+
+static void rows_free(struct backend *be, struct rows_case *rc) {
+    be->release(be, rc->buf);
+    free(rc->host);
+}
+
 // --- comparison ------------------------------------------------------------------------
 
 // Checks got against want: element i within bound[i], or within
@@ -444,7 +477,8 @@ static void test_rope_reference(void) {
     for (int kind = 0; kind < 2; kind++)
         for (int partial = 0; partial < 2; partial++)
             for (int variant = 0; variant < 4; variant++) {
-                const int hd = 64, n_head = 2, pos = variant == 0 ? 3 : 20000;
+                const int hd = 64, n_head = 2;
+                const int32_t pos = variant == 0 ? 3 : 20000;
                 float ff[64];
                 const struct rope_params rp = rope_variant(kind, hd, partial, variant, ff);
                 float x[128], want[128];
@@ -474,7 +508,9 @@ static void test_rope_reference(void) {
                     }
                 float got[128];
                 memcpy(got, x, sizeof x);
-                ref->rope(ref, got, 1, n_head, hd, pos, &rp);
+                const int32_t zero = 0;
+                const struct batch_rows one = {1, &pos, &zero, &pos, &zero, pos + 1};
+                ref->rope(ref, got, &one, n_head, hd, &rp);
                 char what[96];
                 snprintf(what, sizeof what, "rope closed form %s n_dims=%d variant=%d",
                          kind ? "neox" : "norm", rp.n_dims, variant);
@@ -483,35 +519,39 @@ static void test_rope_reference(void) {
     printf("  %s %s rope against its closed form\n", test_n_fail == before ? "ok  " : "FAIL", ref->name);
 }
 
+// Rows at consecutive positions from 0 and from 1000, and rows at random
+// positions below 30000 (as the rows of several sequences come).
 static void test_rope(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int hds[] = {64, 128, 40};
-    static const int pos0s[] = {0, 1000, 30000};
     for (int kind = 0; kind < 2; kind++)
         for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
             for (int partial = 0; partial < 2; partial++)
                 for (int variant = 0; variant < 4; variant++)
-                    for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
+                    for (int pi = 0; pi < 3; pi++) {
                         const int hd = hds[hi], n_head = 1 + (int)(rng_u64() % 9);
-                        const int n = pi == 1 ? 1 : 4, pos0 = pos0s[pi];
+                        const int n = pi == 1 ? 1 : 4, pos0 = pi == 1 ? 1000 : 0, seq = 0;
+                        struct rows_case rc = rows_make(e->be, 1, &seq, pi == 2 ? NULL : &pos0, &n, 30000);
                         float ff[64];
                         const struct rope_params rp = rope_variant(kind, hd, partial, variant, ff);
                         const size_t nx = (size_t)n * n_head * hd;
                         float *x = xmalloc_f(nx), *want = xmalloc_f(nx), *got = xmalloc_f(nx);
                         fill_normal(x, nx);
                         memcpy(want, x, nx * sizeof(float));
-                        ref->rope(ref, want, n, n_head, hd, pos0, &rp);
+                        ref->rope(ref, want, &rc.on_ref, n_head, hd, &rp);
                         float *bx = put(e->be, x, nx * sizeof(float));
-                        e->be->rope(e->be, bx, n, n_head, hd, pos0, &rp);
+                        e->be->rope(e->be, bx, &rc.on_be, n_head, hd, &rp);
                         char what[128];
                         snprintf(what, sizeof what,
-                                 "rope %s hd=%d n_dims=%d variant=%d pos0=%d n=%d heads=%d",
-                                 kind ? "neox" : "norm", hd, rp.n_dims, variant, pos0, n, n_head);
+                                 "rope %s hd=%d n_dims=%d variant=%d positions %d%s n=%d heads=%d",
+                                 kind ? "neox" : "norm", hd, rp.n_dims, variant, rc.host[0],
+                                 pi == 2 ? ".. random" : "..", n, n_head);
                         if (get(e->be, got, bx, nx))
                             compare(e->be->name, what, got, want, NULL, nx, 1e-6, 1e-5, 1e-10);
                         else
                             test_n_fail++;
                         e->be->release(e->be, bx);
+                        rows_free(e->be, &rc);
                         free(x);
                         free(want);
                         free(got);
@@ -519,6 +559,8 @@ static void test_rope(const struct be_entry *e) {
     printf("  %s %s rope\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name);
 }
 
+// One sequence, and three in one batch (their spans out of cache order, at
+// different positions), each in its own region of the caches.
 static void test_kv_store_attention(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256}, {6, 2, 32}};
@@ -532,52 +574,76 @@ static void test_kv_store_attention(const struct be_entry *e) {
     } opts[] = {{1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
         for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
-            for (int n = 1; n <= 5; n += 4) {
-                const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
-                const int pos0 = pos0s[pi], kv_dim = n_head_kv * hd;
-                // 3 rows past the last position hold NaN: reading them is a bug
-                const int n_ctx = pos0 + n + 3;
-                const size_t nc = (size_t)n_ctx * kv_dim, nq = (size_t)n * n_head * hd;
-                const size_t nkv = (size_t)n * kv_dim;
-                float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *q = xmalloc_f(nq);
-                float *k = xmalloc_f(nkv), *v = xmalloc_f(nkv);
-                float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc);
-                fill_normal(kc, nc);
-                fill_normal(vc, nc);
-                for (size_t i = (size_t)(pos0 + n) * kv_dim; i < nc; i++) kc[i] = vc[i] = NAN;
-                fill_normal(q, nq);
-                fill_normal(k, nkv);
-                fill_normal(v, nkv);
-                float *bkc = put(e->be, kc, nc * sizeof(float)), *bvc = put(e->be, vc, nc * sizeof(float));
-                float *bk = put(e->be, k, nkv * sizeof(float)), *bv = put(e->be, v, nkv * sizeof(float));
-                float *bq = put(e->be, q, nq * sizeof(float)), *bo = put(e->be, NULL, nq * sizeof(float));
-                ref->kv_store(ref, kc, vc, k, v, n, pos0, kv_dim);
-                e->be->kv_store(e->be, bkc, bvc, bk, bv, n, pos0, kv_dim);
-                char what[160];
-                snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d", pos0, n, kv_dim);
-                if (get(e->be, gotc, bkc, nc))
-                    compare(e->be->name, what, gotc, kc, NULL, (size_t)(pos0 + n) * kv_dim, 0, 0, 0);
-                else
-                    test_n_fail++;
-                for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
-                    const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd), opts[oi].softcap,
-                                                   opts[oi].window};
-                    ref->attention(ref, q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
-                    poison(e->be, bo, nq);
-                    e->be->attention(e->be, bq, bkc, bvc, bo, n, pos0, n_head, n_head_kv, hd, &ap);
-                    snprintf(what, sizeof what,
-                             "attention heads=%d/%d hd=%d pos0=%d n=%d scale=%.3g cap=%g window=%d", n_head,
-                             n_head_kv, hd, pos0, n, ap.scale, ap.softcap, ap.window);
-                    if (get(e->be, got, bo, nq))
-                        compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
-                    else
-                        test_n_fail++;
+            for (int n = 1; n <= 5; n += 4)
+                for (int multi = 0; multi < 2; multi++) {
+                    const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
+                    const int kv_dim = n_head_kv * hd, n_span = multi ? 3 : 1;
+                    const int seq[3] = {multi ? 2 : 0, 0, 1};
+                    const int pos0[3] = {pos0s[pi], pos0s[(pi + 1) % 4], pos0s[(pi + 3) % 4]};
+                    const int cnt[3] = {n, 1, n};
+                    // each region: 3 rows past its last position hold NaN: reading them is a bug
+                    int n_ctx = 0, len[3] = {0, 0, 0}; // region size; rows each region holds
+                    for (int s = 0; s < n_span; s++) {
+                        len[seq[s]] = pos0[s] + cnt[s];
+                        if (len[seq[s]] + 3 > n_ctx) n_ctx = len[seq[s]] + 3;
+                    }
+                    struct rows_case rc = rows_make(e->be, n_span, seq, pos0, cnt, n_ctx);
+                    const int rows = rc.on_ref.n;
+                    const size_t nc = (size_t)n_span * n_ctx * kv_dim, nq = (size_t)rows * n_head * hd;
+                    const size_t nkv = (size_t)rows * kv_dim;
+                    float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *q = xmalloc_f(nq);
+                    float *k = xmalloc_f(nkv), *v = xmalloc_f(nkv);
+                    float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc);
+                    fill_normal(kc, nc);
+                    fill_normal(vc, nc);
+                    for (int r = 0; r < n_span; r++)
+                        for (size_t i = (size_t)len[r] * kv_dim; i < (size_t)n_ctx * kv_dim; i++)
+                            kc[(size_t)r * n_ctx * kv_dim + i] = vc[(size_t)r * n_ctx * kv_dim + i] = NAN;
+                    fill_normal(q, nq);
+                    fill_normal(k, nkv);
+                    fill_normal(v, nkv);
+                    float *bkc = put(e->be, kc, nc * sizeof(float)),
+                          *bvc = put(e->be, vc, nc * sizeof(float));
+                    float *bk = put(e->be, k, nkv * sizeof(float)), *bv = put(e->be, v, nkv * sizeof(float));
+                    float *bq = put(e->be, q, nq * sizeof(float)), *bo = put(e->be, NULL, nq * sizeof(float));
+                    ref->kv_store(ref, kc, vc, k, v, &rc.on_ref, kv_dim);
+                    e->be->kv_store(e->be, bkc, bvc, bk, bv, &rc.on_be, kv_dim);
+                    char what[192];
+                    snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d sequences=%d", pos0[0], n,
+                             kv_dim, n_span);
+                    float *const caches[2][2] = {{bkc, kc}, {bvc, vc}};
+                    for (int kvi = 0; kvi < 2; kvi++) {
+                        if (!get(e->be, gotc, caches[kvi][0], nc)) {
+                            test_n_fail++;
+                            continue;
+                        }
+                        for (int r = 0; r < n_span; r++) {
+                            const size_t off = (size_t)r * n_ctx * kv_dim;
+                            compare(e->be->name, what, gotc + off, caches[kvi][1] + off, NULL,
+                                    (size_t)len[r] * kv_dim, 0, 0, 0);
+                        }
+                    }
+                    for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
+                        const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
+                                                       opts[oi].softcap, opts[oi].window};
+                        ref->attention(ref, q, kc, vc, want, &rc.on_ref, n_head, n_head_kv, hd, &ap);
+                        poison(e->be, bo, nq);
+                        e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd, &ap);
+                        snprintf(what, sizeof what,
+                                 "attention heads=%d/%d hd=%d pos0=%d n=%d sequences=%d scale=%.3g cap=%g "
+                                 "window=%d",
+                                 n_head, n_head_kv, hd, pos0[0], n, n_span, ap.scale, ap.softcap, ap.window);
+                        if (get(e->be, got, bo, nq))
+                            compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
+                        else
+                            test_n_fail++;
+                    }
+                    void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
+                    for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
+                    rows_free(e->be, &rc);
+                    free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
                 }
-                void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
-                for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
-                free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
-            }
-    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window)\n",
+    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window, several sequences)\n",
            test_n_fail == before ? "ok  " : "FAIL", e->be->name);
 }
 

@@ -326,7 +326,7 @@ static int runner_open(struct runner *r, struct model *m, const char *be_name, i
     const struct backend_opts bo = {.n_threads = 2};
     memset(r, 0, sizeof *r);
     if (!(r->be = backend_open(be_name, &bo))) return -1;
-    return context_init(m, r->be, n_ctx, n_batch, &r->c);
+    return context_init(m, r->be, n_ctx, n_batch, 1, &r->c);
 }
 
 static void runner_close(struct runner *r) {

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
     struct backend *be = backend_open(backend, &bo);
     struct context *c = NULL;
     const int V = m->hp.n_vocab, n_ctx = n + n_greedy + 1;
-    if (!be || context_init(m, be, n_ctx, n_batch, &c)) {
+    if (!be || context_init(m, be, n_ctx, n_batch, 1, &c)) {
         fprintf(stderr, "tool_logits: %s\n", st_last_error());
         return 1;
     }

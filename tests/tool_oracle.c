@@ -97,7 +97,7 @@ static int cmd_logits(struct model *m, const char *be_name, const char *out_path
     const struct backend_opts bo = {.n_threads = n_threads};
     struct backend *be = backend_open(be_name, &bo);
     struct context *c = NULL;
-    if (!be || context_init(m, be, n, n_batch, &c)) {
+    if (!be || context_init(m, be, n, n_batch, 1, &c)) {
         fprintf(stderr, "tool_oracle: %s: %s\n", be_name, st_last_error());
         return 1;
     }

@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tool_parity: %s\n", st_last_error());
             return 1;
         }
-        if (context_init(m, be[s], n_ctx, n_prompt, &ctx[s])) {
+        if (context_init(m, be[s], n_ctx, n_prompt, 1, &ctx[s])) {
             fprintf(stderr, "tool_parity: %s: %s\n", names[s], st_last_error());
             return 1;
         }

@@ -24,6 +24,9 @@ static const char bench_help[] =
     "\n"
     "  -p, --n-prompt N       prompt tokens (default: 512; 0 skips)\n"
     "  -n, --n-gen N          generated tokens (default: 128; 0 skips)\n"
+    "  -np, --parallel N      generate for N sequences at once, one batch of N tokens per\n"
+    "                         step, each after its own copy of the prompt; tgN counts the\n"
+    "                         tokens of all of them (default: 1)\n"
     "  -r, --repetitions N    repetitions after one warm-up (default: 3)\n"
     "      --busy             then measure again with a competing process spinning on\n"
     "                         one core (the last this process may use), and print both\n"
@@ -39,28 +42,39 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-// Runs the warm-up and reps repetitions; pp[r], tg[r] get tokens/s. Returns 0 or -1.
-static int measure(struct context *c, const int32_t *toks, long long n_prompt, long long n_gen,
+// Runs the warm-up and reps repetitions; pp[r], tg[r] get tokens/s. With
+// several sequences the prompt runs in the first; the warm-up also puts it in
+// the others, and each generation step is one batch of a token per sequence.
+static int measure(struct context **seq, int n_seq, const int32_t *toks, long long n_prompt, long long n_gen,
                    long long reps, float *logits, double *pp, double *tg) {
     int status = 0;
+    struct forward_span *sp = st_xcalloc((size_t)n_seq, sizeof *sp);
     for (long long r = -1; r < reps && !status; r++) { // r = -1: warm-up
         if (n_prompt > 0) {
             double t0 = st_time_s();
-            status = context_forward(c, toks, (int)n_prompt, 0, logits, false);
+            status = context_forward(seq[0], toks, (int)n_prompt, 0, logits, false);
             if (r >= 0) pp[r] = (double)n_prompt / (st_time_s() - t0);
+            for (int s = 1; r < 0 && s < n_seq && !status; s++)
+                status = context_forward(seq[s], toks, (int)n_prompt, 0, logits, false);
         }
         if (n_gen > 0 && !status) {
             double t0 = st_time_s();
-            for (long long i = 0; i < n_gen && !status; i++)
-                status = context_forward(c, &toks[n_prompt + i], 1, (int)(n_prompt + i), logits, false);
-            if (r >= 0) tg[r] = (double)n_gen / (st_time_s() - t0);
+            for (long long i = 0; i < n_gen && !status; i++) {
+                for (int s = 0; s < n_seq; s++)
+                    sp[s] = (struct forward_span){seq[s], &toks[n_prompt + i], 1, (int)(n_prompt + i),
+                                                  SPAN_LOGITS_LAST};
+                status = context_forward_batch(seq[0], sp, n_seq, logits);
+            }
+            if (r >= 0) tg[r] = (double)(n_gen * n_seq) / (st_time_s() - t0);
         }
     }
+    free(sp);
     return status;
 }
 
+// tg counts the tokens of n_par sequences; a step (one weight read) makes n_par.
 static void report(const char *tag, const struct model *m, long long n_prompt, long long n_gen,
-                   const double *pp, const double *tg, long long reps) {
+                   long long n_par, const double *pp, const double *tg, long long reps) {
     double mean, sd;
     if (n_prompt > 0) {
         stats(pp, (int)reps, &mean, &sd);
@@ -68,8 +82,9 @@ static void report(const char *tag, const struct model *m, long long n_prompt, l
     }
     if (n_gen > 0) {
         stats(tg, (int)reps, &mean, &sd);
-        printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/tok, weights streamed at %.1f GB/s)%s\n", n_gen, mean,
-               sd, 1e3 / mean, mean * m->weight_bytes / 1e9, tag);
+        printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/%s, weights streamed at %.1f GB/s)%s\n", n_gen, mean,
+               sd, 1e3 * (double)n_par / mean, n_par > 1 ? "step" : "tok",
+               mean / (double)n_par * m->weight_bytes / 1e9, tag);
     }
 }
 
@@ -101,7 +116,7 @@ static void busy_stop(pid_t pid) {
 int cli_bench(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
-    long long n_prompt = 512, n_gen = 128, reps = 3;
+    long long n_prompt = 512, n_gen = 128, reps = 3, n_par = 1;
     bool busy = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -117,6 +132,8 @@ int cli_bench(int argc, char **argv) {
                 goto usage_error;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &n_gen)) goto usage_error;
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 256, &n_par)) goto usage_error;
         } else if (!strcmp(a, "--busy")) {
             busy = true;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
@@ -136,6 +153,8 @@ int cli_bench(int argc, char **argv) {
         goto usage_error;
     }
     if (o.s.n_batch < n_prompt) o.s.n_batch = (int)n_prompt;
+    if (o.s.n_batch < n_par) o.s.n_batch = (int)n_par;
+    o.s.n_seq = (int)n_par;
 
     struct session ss;
     if (session_open(&o.s, &ss)) {
@@ -144,7 +163,6 @@ int cli_bench(int argc, char **argv) {
     }
     struct model *m = ss.model;
     struct backend *be = ss.be;
-    struct context *c = ss.ctx;
     const int V = m->hp.n_vocab;
     int32_t *toks = st_xmalloc(sizeof(int32_t) * (size_t)(n_prompt + n_gen + 1));
     uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -152,15 +170,17 @@ int cli_bench(int argc, char **argv) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((rng >> 33) % (uint64_t)V);
     }
-    float *logits = st_xmalloc(sizeof(float) * (size_t)V * (n_prompt > 0 ? n_prompt : 1));
+    float *logits = st_xmalloc(sizeof(float) * (size_t)V * (size_t)(n_par > 1 ? n_par : 1));
     double *pp = st_xcalloc((size_t)reps, sizeof *pp), *tg = st_xcalloc((size_t)reps, sizeof *tg);
-    int status = measure(c, toks, n_prompt, n_gen, reps, logits, pp, tg);
+    int status = measure(ss.seq, ss.n_seq, toks, n_prompt, n_gen, reps, logits, pp, tg);
     if (!status) {
         char threads[16] = "all cores";
         if (o.s.n_threads > 0) snprintf(threads, sizeof threads, "%d", o.s.n_threads);
-        printf("model %s | %s | backend %s | threads %s | weights %.1f MB\n", o.s.model, m->hp.arch, be->name,
-               threads, m->weight_bytes / 1e6);
-        report("", m, n_prompt, n_gen, pp, tg, reps);
+        char par[48] = "";
+        if (n_par > 1) snprintf(par, sizeof par, " | %lld sequences", n_par);
+        printf("model %s | %s | backend %s | threads %s | weights %.1f MB%s\n", o.s.model, m->hp.arch,
+               be->name, threads, m->weight_bytes / 1e6, par);
+        report("", m, n_prompt, n_gen, n_par, pp, tg, reps);
     }
     if (!status && busy) {
         int cpu;
@@ -168,11 +188,11 @@ int cli_bench(int argc, char **argv) {
         if (pid < 0) {
             status = -1;
         } else {
-            status = measure(c, toks, n_prompt, n_gen, reps, logits, pp, tg);
+            status = measure(ss.seq, ss.n_seq, toks, n_prompt, n_gen, reps, logits, pp, tg);
             busy_stop(pid);
             char tag[64];
             snprintf(tag, sizeof tag, "  busy: another process spins on CPU %d", cpu);
-            if (!status) report(tag, m, n_prompt, n_gen, pp, tg, reps);
+            if (!status) report(tag, m, n_prompt, n_gen, n_par, pp, tg, reps);
         }
     }
     if (status) fprintf(stderr, "strata: %s\n", st_last_error());

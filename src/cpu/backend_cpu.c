@@ -37,9 +37,10 @@ struct cpu {
     size_t scratch_cap;
     float *att_scratch; // [n_threads][scores_cap]
     size_t scores_cap;
-    // RoPE angle table for the positions of the current batch
+    // RoPE angle table for the rows of the current batch
     float *rope_cos, *rope_sin; // [rope_n][n_dims/2]
-    int rope_pos0, rope_n, rope_cap;
+    int32_t *rope_pos;          // [rope_n] the positions it holds
+    int rope_n, rope_cap;
     struct rope_params rope_key;
 };
 
@@ -245,11 +246,13 @@ static float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
+// The plain loop (CPUs without AVX-512): one task per (row, head).
 struct att_job {
     struct cpu *c;
     const float *q, *k_cache, *v_cache;
     float *out;
-    int n, pos0, n_head, n_head_kv, head_dim;
+    const struct batch_rows *r;
+    int n_head, n_head_kv, head_dim;
     struct attn_params ap;
 };
 
@@ -259,15 +262,17 @@ static void att_worker(void *arg, int ith, int nth) {
     const int group = j->n_head / j->n_head_kv;
     const int kv_dim = j->n_head_kv * j->head_dim;
     const float scale = j->ap.scale, cap = j->ap.softcap;
-    for (int task = ith; task < j->n * j->n_head; task += nth) {
+    for (int task = ith; task < j->r->n * j->n_head; task += nth) {
         const int t = task / j->n_head, h = task % j->n_head;
-        const int p = j->pos0 + t;
+        const int p = j->r->host_pos[t];
         const int p0 = j->ap.window > 0 && p - j->ap.window + 1 > 0 ? p - j->ap.window + 1 : 0;
         const float *qh = j->q + (size_t)task * j->head_dim;
         const size_t off = (size_t)(h / group) * j->head_dim;
+        const float *kc = j->k_cache + (size_t)j->r->host_base[t] * kv_dim + off;
+        const float *vc = j->v_cache + (size_t)j->r->host_base[t] * kv_dim + off;
         float mx = -INFINITY;
         for (int k = p0; k <= p; k++) {
-            float v = dot_f32(qh, j->k_cache + (size_t)k * kv_dim + off, j->head_dim) * scale;
+            float v = dot_f32(qh, kc + (size_t)k * kv_dim, j->head_dim) * scale;
             if (cap > 0) v = cap * tanhf(v / cap);
             s[k] = v;
             if (v > mx) mx = v;
@@ -277,7 +282,7 @@ static void att_worker(void *arg, int ith, int nth) {
         float *oh = j->out + (size_t)task * j->head_dim;
         memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
         for (int k = p0; k <= p; k++) {
-            const float *vp = j->v_cache + (size_t)k * kv_dim + off;
+            const float *vp = vc + (size_t)k * kv_dim;
             const float wgt = s[k];
             for (int d = 0; d < j->head_dim; d++) oh[d] += wgt * vp[d];
         }
@@ -286,28 +291,46 @@ static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
+// The rows of r from t on that continue one sequence (the same cache, positions
+// one after another): how many.
+static int run_length(const struct batch_rows *r, int t) {
+    int e = t + 1;
+    while (e < r->n && r->host_base[e] == r->host_base[t] && r->host_pos[e] == r->host_pos[e - 1] + 1) e++;
+    return e - t;
+}
+
+// With AVX-512, attention_avx512 takes each run of rows of one sequence at
+// consecutive positions (a prompt chunk, a decode token) in one call.
 static void cpu_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
-                          float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
     const bool fast = c->isa >= GEMM_ISA_AVX512;
-    const int nth = threadpool_size(c->tp);
+    const int nth = threadpool_size(c->tp), kv_dim = n_head_kv * head_dim;
     // the plain loop wants scores_cap floats per thread
-    const size_t need =
-        fast ? attention_scratch_floats(nth, n, pos0, n_head, n_head_kv, head_dim) / (size_t)nth + 1
-             : (size_t)(pos0 + n);
+    size_t need = (size_t)r->n_kv;
+    for (int t = 0, len; fast && t < r->n; t += len) {
+        len = run_length(r, t);
+        const size_t run_need =
+            attention_scratch_floats(nth, len, r->host_pos[t], n_head, n_head_kv, head_dim) / (size_t)nth + 1;
+        if (t == 0 || run_need > need) need = run_need;
+    }
     if (need > c->scores_cap) {
         free(c->att_scratch);
         c->scores_cap = need;
         c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)nth);
     }
-    if (fast) {
-        attention_avx512(c->tp, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim, ap,
-                         c->att_scratch);
+    if (!fast) {
+        struct att_job j = {c, q, k_cache, v_cache, out, r, n_head, n_head_kv, head_dim, *ap};
+        threadpool_run(c->tp, att_worker, &j);
         return;
     }
-    struct att_job j = {c, q, k_cache, v_cache, out, n, pos0, n_head, n_head_kv, head_dim, *ap};
-    threadpool_run(c->tp, att_worker, &j);
+    for (int t = 0, len; t < r->n; t += len) {
+        len = run_length(r, t);
+        const size_t qoff = (size_t)t * n_head * head_dim, coff = (size_t)r->host_base[t] * kv_dim;
+        attention_avx512(c->tp, q + qoff, k_cache + coff, v_cache + coff, out + qoff, len, r->host_pos[t],
+                         n_head, n_head_kv, head_dim, ap, c->att_scratch);
+    }
 }
 
 // --- small ops -------------------------------------------------------------------
@@ -317,35 +340,39 @@ static void cpu_rms_norm(struct backend *be, const struct weight *w, const float
     vec_rms_norm(cpu_of(be)->isa >= GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
-// Fills the angle table for positions pos0 .. pos0+n-1 unless it already holds them.
-static void rope_table(struct cpu *c, int pos0, int n, const struct rope_params *rp) {
-    const int half = rp->n_dims / 2;
-    if (c->rope_pos0 == pos0 && c->rope_n == n && !memcmp(&c->rope_key, rp, sizeof *rp)) return;
-    if (n * half > c->rope_cap) {
+// Fills the angle table for the positions of r's rows unless it already holds them.
+static void rope_table(struct cpu *c, const struct batch_rows *r, const struct rope_params *rp) {
+    const int half = rp->n_dims / 2, n = r->n;
+    if (c->rope_n == n && !memcmp(&c->rope_key, rp, sizeof *rp) &&
+        !memcmp(c->rope_pos, r->host_pos, sizeof(int32_t) * (size_t)n))
+        return;
+    if (n * half > c->rope_cap || !c->rope_pos || n > c->rope_cap) {
         free(c->rope_cos);
         free(c->rope_sin);
-        c->rope_cap = n * half;
+        free(c->rope_pos);
+        c->rope_cap = n * (half > 1 ? half : 1);
         c->rope_cos = st_xmalloc(sizeof(float) * (size_t)c->rope_cap);
         c->rope_sin = st_xmalloc(sizeof(float) * (size_t)c->rope_cap);
+        c->rope_pos = st_xmalloc(sizeof(int32_t) * (size_t)c->rope_cap);
     }
     for (int t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
             double cs, sn;
-            rope_cos_sin(pos0 + t, i, rp, &cs, &sn);
+            rope_cos_sin(r->host_pos[t], i, rp, &cs, &sn);
             c->rope_cos[t * half + i] = (float)cs;
             c->rope_sin[t * half + i] = (float)sn;
         }
-    c->rope_pos0 = pos0;
+    memcpy(c->rope_pos, r->host_pos, sizeof(int32_t) * (size_t)n);
     c->rope_n = n;
     c->rope_key = *rp;
 }
 
-static void cpu_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+static void cpu_rope(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                      const struct rope_params *rp) {
     struct cpu *c = cpu_of(be);
-    rope_table(c, pos0, n, rp);
+    rope_table(c, r, rp);
     const int half = rp->n_dims / 2;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < r->n; t++) {
         const float *cs = c->rope_cos + (size_t)t * half, *sn = c->rope_sin + (size_t)t * half;
         for (int h = 0; h < n_head; h++) {
             float *xh = x + ((size_t)t * n_head + h) * head_dim;
@@ -374,6 +401,7 @@ static void cpu_free(struct backend *be) {
     free(c->att_scratch);
     free(c->rope_cos);
     free(c->rope_sin);
+    free(c->rope_pos);
     free(c);
     free(be);
 }
@@ -387,7 +415,6 @@ struct backend *backend_cpu_init(int n_threads) {
         free(c);
         return NULL;
     }
-    c->rope_pos0 = -1;
     c->gemm = gemm_cache_init();
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";

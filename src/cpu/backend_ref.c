@@ -75,13 +75,13 @@ static void ref_add_bias(struct backend *be, const struct weight *b, float *x, i
             x[(size_t)i * dim + j] = (float)((double)x[(size_t)i * dim + j] + bv[j]);
 }
 
-static void ref_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+static void ref_rope(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                      const struct rope_params *rp) {
     (void)be;
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < r->n; t++)
         for (int i = 0; i < rp->n_dims / 2; i++) {
             double c, s;
-            rope_cos_sin(pos0 + t, i, rp, &c, &s);
+            rope_cos_sin(r->pos[t], i, rp, &c, &s);
             int a, b;
             rope_pair(rp, i, &a, &b);
             for (int h = 0; h < n_head; h++) {
@@ -94,31 +94,35 @@ static void ref_rope(struct backend *be, float *x, int n, int n_head, int head_d
 }
 
 static void ref_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
-                         int n, int pos0, int kv_dim) {
+                         const struct batch_rows *r, int kv_dim) {
     (void)be;
-    for (size_t i = 0; i < (size_t)n * kv_dim; i++) {
-        k_cache[(size_t)pos0 * kv_dim + i] = k[i];
-        v_cache[(size_t)pos0 * kv_dim + i] = v[i];
+    for (int t = 0; t < r->n; t++) {
+        const size_t row = (size_t)r->base[t] + (size_t)r->pos[t];
+        for (int i = 0; i < kv_dim; i++) {
+            k_cache[row * kv_dim + i] = k[(size_t)t * kv_dim + i];
+            v_cache[row * kv_dim + i] = v[(size_t)t * kv_dim + i];
+        }
     }
 }
 
 static void ref_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
-                          float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct attn_params *ap) {
     (void)be;
     const int group = n_head / n_head_kv;
     const int kv_dim = n_head_kv * head_dim;
-    double *s = st_xmalloc(sizeof(double) * (size_t)(pos0 + n));
+    double *s = st_xmalloc(sizeof(double) * (size_t)r->n_kv);
     double *acc = st_xmalloc(sizeof(double) * (size_t)head_dim);
-    for (int t = 0; t < n; t++) {
-        const int p = pos0 + t;
+    for (int t = 0; t < r->n; t++) {
+        const int p = r->pos[t];
+        const float *kc = k_cache + (size_t)r->base[t] * kv_dim, *vc = v_cache + (size_t)r->base[t] * kv_dim;
         const int j0 = ap->window > 0 && p - ap->window + 1 > 0 ? p - ap->window + 1 : 0;
         for (int h = 0; h < n_head; h++) {
             const float *qh = q + ((size_t)t * n_head + h) * head_dim;
             const int kvh = h / group;
             double mx = -INFINITY;
             for (int j = j0; j <= p; j++) {
-                const float *kj = k_cache + (size_t)j * kv_dim + (size_t)kvh * head_dim;
+                const float *kj = kc + (size_t)j * kv_dim + (size_t)kvh * head_dim;
                 double d = 0;
                 for (int c = 0; c < head_dim; c++) d += (double)qh[c] * kj[c];
                 d *= ap->scale;
@@ -130,7 +134,7 @@ static void ref_attention(struct backend *be, const float *q, const float *k_cac
             for (int j = j0; j <= p; j++) sum += s[j] = exp(s[j] - mx);
             for (int c = 0; c < head_dim; c++) acc[c] = 0;
             for (int j = j0; j <= p; j++) {
-                const float *vj = v_cache + (size_t)j * kv_dim + (size_t)kvh * head_dim;
+                const float *vj = vc + (size_t)j * kv_dim + (size_t)kvh * head_dim;
                 for (int c = 0; c < head_dim; c++) acc[c] += s[j] * vj[c];
             }
             float *oh = out + ((size_t)t * n_head + h) * head_dim;

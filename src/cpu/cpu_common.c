@@ -16,11 +16,15 @@ void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *t
                            out + (size_t)i * emb->cols, emb->cols);
 }
 
-void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v, int n,
-                  int pos0, int kv_dim) {
+void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+                  const struct batch_rows *r, int kv_dim) {
     (void)be;
-    memcpy(k_cache + (size_t)pos0 * kv_dim, k, sizeof(float) * (size_t)n * kv_dim);
-    memcpy(v_cache + (size_t)pos0 * kv_dim, v, sizeof(float) * (size_t)n * kv_dim);
+    for (int t = 0; t < r->n; t++) {
+        const size_t dst = ((size_t)r->host_base[t] + (size_t)r->host_pos[t]) * kv_dim,
+                     src = (size_t)t * kv_dim;
+        memcpy(k_cache + dst, k + src, sizeof(float) * (size_t)kv_dim);
+        memcpy(v_cache + dst, v + src, sizeof(float) * (size_t)kv_dim);
+    }
 }
 
 void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes) {

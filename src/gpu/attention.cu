@@ -1,6 +1,8 @@
-// attention.cu: causal grouped-query attention, one query row per block, with
-// a score scale, optional soft-capping of the scores and an optional sliding
-// window.
+// attention.cu: the KV cache: storing a batch's keys and values, and causal
+// grouped-query attention over it, one query row per block, with a score
+// scale, optional soft-capping of the scores and an optional sliding window.
+// Each row carries its own position and cache region (backend.h's batch_rows),
+// so the rows of several sequences run in one launch.
 //
 // A block takes one (head, token, key range): its warps take every 4th key,
 // each warp keeping a running max, sum and weighted value sum (online
@@ -17,15 +19,17 @@
 
 template <int MAXD>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, int pos0,
-                int n_head, int group, int hd, int kv_dim, int chunk, int n_split, float scale, float softcap,
-                int window) {
+    attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, const int32_t *pos,
+                const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk, int n_split,
+                float scale, float softcap, int window) {
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     const int warp = threadIdx.x / ST_WARP_SIZE, lane = threadIdx.x % ST_WARP_SIZE;
     const int kvh = h / group;
-    const int n_kv = pos0 + t + 1;
+    const int n_kv = pos[t] + 1;
+    kc += (int64_t)base[t] * kv_dim;
+    vc += (int64_t)base[t] * kv_dim;
     const int lo = window > 0 ? max(0, n_kv - window) : 0; // the first key in the window
     const int j0 = max(sp * chunk, lo), j1 = min(sp * chunk + chunk, n_kv);
     const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
@@ -115,9 +119,8 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     }
 }
 
-int gpu_attention_splits(int n, int pos0, int n_head, int n_sm) {
+int gpu_attention_splits(int n, int n_kv, int n_head, int n_sm) {
     const int64_t blocks = (int64_t)n * n_head;
-    const int n_kv = pos0 + n;
     if (blocks >= 2 * (int64_t)n_sm || n_kv <= 128) return 1;
     // ranges of at least 64 keys, enough of them for about 2 blocks per multiprocessor
     int64_t splits = gpu_cdiv(2 * (int64_t)n_sm, blocks);
@@ -129,14 +132,34 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split) {
     return n_split > 1 ? (size_t)n * n_head * n_split * (head_dim + 2) : 0;
 }
 
+__global__ void __launch_bounds__(GPU_BLOCK)
+    kv_store_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
+                    const int32_t *base, int kv_dim, int64_t total) {
+    const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
+    if (gid >= total) return;
+    const int t = (int)(gid / kv_dim), d = (int)(gid % kv_dim);
+    const int64_t dst = ((int64_t)base[t] + pos[t]) * kv_dim + d;
+    kc[dst] = k[gid];
+    vc[dst] = v[gid];
+}
+
+void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
+                  const int32_t *base, int n, int kv_dim, gpuStream_t s) {
+    const int64_t total = (int64_t)n * kv_dim;
+    if (total == 0) return;
+    kv_store_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(kc, vc, k, v, pos, base,
+                                                                               kv_dim, total);
+    GPU_CHECK_LAUNCH();
+}
+
 template <int MAXD>
-static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part, int n,
-                        int pos0, int n_head, int n_head_kv, int hd, int n_split,
-                        const struct attn_params &ap, gpuStream_t s) {
-    const int chunk = (int)gpu_cdiv(pos0 + n, n_split);
+static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part,
+                        const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head, int n_head_kv,
+                        int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
+    const int chunk = (int)gpu_cdiv(n_kv, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
-    attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(q, k, v, out, part, pos0, n_head, n_head / n_head_kv, hd,
-                                                   n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap,
+    attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(q, k, v, out, part, pos, base, n_head, n_head / n_head_kv,
+                                                   hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap,
                                                    ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
@@ -145,19 +168,19 @@ static void attn_launch(const float *q, const float *k, const float *v, float *o
     }
 }
 
-int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n, int pos0,
-                  int n_head, int n_head_kv, int head_dim, int n_split, const struct attn_params &ap,
-                  gpuStream_t s) {
+int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, const int32_t *pos,
+                  const int32_t *base, int n, int n_kv, int n_head, int n_head_kv, int head_dim, int n_split,
+                  const struct attn_params &ap, gpuStream_t s) {
     if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv != 0 ||
         n_split < 1)
         return -1;
     if (head_dim <= 32)
-        attn_launch<32>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<32>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
     else if (head_dim <= 64)
-        attn_launch<64>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<64>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
     else if (head_dim <= 128)
-        attn_launch<128>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<128>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
     else
-        attn_launch<256>(q, k, v, out, part, n, pos0, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<256>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
     return 0;
 }

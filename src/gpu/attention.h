@@ -1,4 +1,5 @@
-// attention.h: causal grouped-query attention over the KV cache (see attention.cu).
+// attention.h: the KV cache: storing keys and values, and causal grouped-query
+// attention over it (see attention.cu).
 #ifndef STRATA_GPU_ATTENTION_H
 #define STRATA_GPU_ATTENTION_H
 
@@ -7,20 +8,27 @@
 // The largest head_dim the kernels take.
 #define GPU_ATTN_MAX_HEAD_DIM 256
 
-// How many key ranges one query's keys are split into (flash-decoding), so
-// that at least about 2·n_sm blocks run: 1 when the batch has enough queries.
-int gpu_attention_splits(int n, int pos0, int n_head, int n_sm);
+// How many key ranges one query's keys (n_kv at most) are split into
+// (flash-decoding), so that at least about 2·n_sm blocks run: 1 when the batch
+// has enough queries.
+int gpu_attention_splits(int n, int n_kv, int n_head, int n_sm);
 // Scratch floats gpu_attention needs with n_split splits (0 when 1).
 size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split);
 
-// out (n, n_head, head_dim): token i (position p = pos0 + i) attends to cache
-// rows 0 .. p of k/v (n_ctx, n_head_kv, head_dim), only p-window+1 .. p with a
-// window; scores ap.scale·q·k, soft-capped when ap.softcap > 0; softmax in
-// float with a running maximum. part: gpu_attention_scratch floats. Returns 0
-// once enqueued, -1 for a head_dim over the limit or heads that do not group
+// Stores k, v (n, kv_dim) into the caches kc, vc: row t at cache row base[t] +
+// pos[t] (device arrays of n). Enqueued on s.
+void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
+                  const int32_t *base, int n, int kv_dim, gpuStream_t s);
+
+// out (n, n_head, head_dim): row t (position p = pos[t]) attends to positions
+// 0 .. p of its sequence, cache rows base[t] + 0 .. p of k/v (rows, n_head_kv,
+// head_dim), only p-window+1 .. p with a window; n_kv ≥ every pos[t] + 1.
+// Scores ap.scale·q·k, soft-capped when ap.softcap > 0; softmax in float with
+// a running maximum. part: gpu_attention_scratch floats. Returns 0 once
+// enqueued, -1 for a head_dim over the limit or heads that do not group
 // (n_head % n_head_kv).
-int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, int n, int pos0,
-                  int n_head, int n_head_kv, int head_dim, int n_split, const struct attn_params &ap,
-                  gpuStream_t s);
+int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, const int32_t *pos,
+                  const int32_t *base, int n, int n_kv, int n_head, int n_head_kv, int head_dim, int n_split,
+                  const struct attn_params &ap, gpuStream_t s);
 
 #endif

@@ -451,42 +451,41 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
     return slot->cs;
 }
 
-static void gb_rope(struct backend *be, float *x, int n, int n_head, int head_dim, int pos0,
+static void gb_rope(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                     const struct rope_params *rp) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim || pos0 < 0) {
+    if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim) {
         op_fail(g,
                 "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
-                "head_dim), or position %d is negative",
-                rp->n_dims, head_dim, pos0);
+                "head_dim)",
+                rp->n_dims, head_dim);
         return;
     }
-    const float2 *cs = rope_table(g, rp, pos0 + n);
-    if (cs) gpu_rope(x, cs, n, n_head, head_dim, rp->n_dims, pos0, rp->kind == ROPE_KIND_NEOX, g->stream);
+    const float2 *cs = rope_table(g, rp, r->n_kv);
+    if (cs)
+        gpu_rope(x, cs, r->pos, r->n, n_head, head_dim, rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
     take_error(g);
 }
 
 static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
-                        int n, int pos0, int kv_dim) {
+                        const struct batch_rows *r, int kv_dim) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    const size_t off = (size_t)pos0 * kv_dim, bytes = sizeof(float) * (size_t)n * kv_dim;
-    GPU_CHECK(gpuMemcpyAsync(k_cache + off, k, bytes, gpuMemcpyDeviceToDevice, g->stream));
-    GPU_CHECK(gpuMemcpyAsync(v_cache + off, v, bytes, gpuMemcpyDeviceToDevice, g->stream));
+    gpu_kv_store(k_cache, v_cache, k, v, r->pos, r->base, r->n, kv_dim, g->stream);
     take_error(g);
 }
 
 static void gb_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
-                         float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
+                         float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    const int splits = gpu_attention_splits(n, pos0, n_head, g->n_sm);
-    const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
+    const int splits = gpu_attention_splits(r->n, r->n_kv, n_head, g->n_sm);
+    const size_t need = sizeof(float) * gpu_attention_scratch(r->n, n_head, head_dim, splits);
     if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
-    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, n, pos0, n_head, n_head_kv, head_dim, splits,
-                      *ap, g->stream))
+    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, r->pos, r->base, r->n, r->n_kv, n_head,
+                      n_head_kv, head_dim, splits, *ap, g->stream))
         op_fail(g,
                 "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",

@@ -18,14 +18,15 @@ void gpu_rope_table(float2 *cs, int n_pos, const struct rope_params *rp) {
         }
 }
 
-__global__ void __launch_bounds__(GPU_BLOCK) rope_kernel(float *x, const float2 *cs, int n_head, int head_dim,
-                                                         int half, int pos0, int neox, int64_t total) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    rope_kernel(float *x, const float2 *cs, const int32_t *pos, int n_head, int head_dim, int half, int neox,
+                int64_t total) {
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (gid >= total) return;
     const int i = (int)(gid % half);
     const int64_t th = gid / half; // token * n_head + head
     const int t = (int)(th / n_head);
-    const float2 r = cs[(int64_t)(pos0 + t) * half + i];
+    const float2 r = cs[(int64_t)pos[t] * half + i];
     float *base = x + th * head_dim;
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = base[a], x1 = base[b];
@@ -33,12 +34,12 @@ __global__ void __launch_bounds__(GPU_BLOCK) rope_kernel(float *x, const float2 
     base[b] = x0 * r.y + x1 * r.x;
 }
 
-void gpu_rope(float *x, const float2 *cs, int n, int n_head, int head_dim, int n_dims, int pos0, int neox,
-              gpuStream_t s) {
+void gpu_rope(float *x, const float2 *cs, const int32_t *pos, int n, int n_head, int head_dim, int n_dims,
+              int neox, gpuStream_t s) {
     const int half = n_dims / 2;
     const int64_t total = (int64_t)n * n_head * half;
     if (total == 0) return;
-    rope_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(x, cs, n_head, head_dim, half,
-                                                                           pos0, neox, total);
+    rope_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(x, cs, pos, n_head, head_dim, half,
+                                                                           neox, total);
     GPU_CHECK_LAUNCH();
 }

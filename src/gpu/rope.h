@@ -9,10 +9,10 @@
 // model/rope.c and rounded once.
 void gpu_rope_table(float2 *cs, int n_pos, const struct rope_params *rp);
 
-// Rotates x (n, n_head, head_dim) in place for positions pos0 .. pos0+n-1 with
-// the table cs of gpu_rope_table (covering those positions): pairs (2i, 2i+1)
-// when neox is 0, (i, i + n_dims/2) when 1, i < n_dims/2. Enqueued on s.
-void gpu_rope(float *x, const float2 *cs, int n, int n_head, int head_dim, int n_dims, int pos0, int neox,
-              gpuStream_t s);
+// Rotates x (n, n_head, head_dim) in place, row t for position pos[t] (device,
+// n) with the table cs of gpu_rope_table (covering those positions): pairs
+// (2i, 2i+1) when neox is 0, (i, i + n_dims/2) when 1, i < n_dims/2. Enqueued on s.
+void gpu_rope(float *x, const float2 *cs, const int32_t *pos, int n, int n_head, int head_dim, int n_dims,
+              int neox, gpuStream_t s);
 
 #endif

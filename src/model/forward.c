@@ -60,7 +60,7 @@ static void scratch_sizes(const struct model *m, int n_batch, size_t sz[N_SCRATC
     if (k * (size_t)hp->n_ff_exp > hidden) hidden = k * (size_t)hp->n_ff_exp;
     if ((size_t)hp->n_ff_shexp > hidden) hidden = (size_t)hp->n_ff_shexp;
     memset(sz, 0, sizeof(size_t) * N_SCRATCH);
-    sz[SCRATCH_TOKENS] = sizeof(int32_t) * nb;
+    sz[SCRATCH_TOKENS] = sizeof(int32_t) * 3 * nb; // ids, positions, cache bases
     sz[SCRATCH_X] = sz[SCRATCH_XB] = f * nb * (size_t)hp->n_embd;
     if (hp->n_ff_shexp) sz[SCRATCH_XB2] = f * nb * (size_t)hp->n_embd;
     sz[SCRATCH_Q] = sz[SCRATCH_ATT] = f * nb * q_dim;
@@ -90,10 +90,10 @@ static void *balloc(struct context *c, size_t bytes, int *failed) {
     return p;
 }
 
-// The KV cache of c: per layer K and V of (n_ctx, n_head_kv*head_dim) floats.
+// The KV cache of c: per layer K and V of (n_seq·n_ctx, n_head_kv*head_dim) floats.
 static void alloc_kv(struct context *c, int *failed) {
     const struct model_hparams *hp = &c->model->hp;
-    const size_t bytes = sizeof(float) * (size_t)c->n_ctx * hp->n_head_kv * hp->head_dim;
+    const size_t bytes = sizeof(float) * (size_t)c->n_seq * c->n_ctx * hp->n_head_kv * hp->head_dim;
     c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
     c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -102,11 +102,16 @@ static void alloc_kv(struct context *c, int *failed) {
     }
 }
 
-int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out) {
+int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, int n_seq,
+                 struct context **out) {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
     if (n_ctx < 1) return st_fail("context size %d must be at least 1", n_ctx);
     if (n_batch < 1) return st_fail("batch size %d must be at least 1", n_batch);
+    if (n_seq < 1 || (int64_t)n_seq * n_ctx > INT32_MAX)
+        return st_fail("%d sequences of %d positions: there must be 1 or more, and 2^31 positions in all "
+                       "at most",
+                       n_seq, n_ctx);
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (model_for_each_weight(m, prepare_one, be)) return -1;
     struct context *c = st_xcalloc(1, sizeof *c);
@@ -114,6 +119,8 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
     c->be = be;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
+    c->n_seq = n_seq;
+    c->n_seq_made = 1;
     // LongRoPE: the long factors when the context, padded to a multiple of 256 as
     // llama.cpp pads it, is longer than the original one
     c->rope[0] = hp->rope;
@@ -136,14 +143,14 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
                               (void **)&c->moe_w,  (void **)&c->moe_y,      (void **)&c->logits};
     for (int i = 0; i < N_SCRATCH; i++) *bufs[i] = balloc(c, sz[i], &failed);
     c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history);
-    c->host_tokens = st_xcalloc((size_t)n_batch, sizeof *c->host_tokens);
+    c->host_tokens = st_xcalloc((size_t)3 * n_batch, sizeof *c->host_tokens);
     c->scratch_owner = c;
     if (failed) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", st_last_error());
         context_free(c);
-        return st_fail("allocating the context (%d positions, batch %d) on %s: %s", n_ctx, n_batch, be->name,
-                       msg);
+        return st_fail("allocating the context (%d sequences of %d positions, batch %d) on %s: %s", n_seq,
+                       n_ctx, n_batch, be->name, msg);
     }
     *out = c;
     return 0;
@@ -151,21 +158,15 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, st
 
 int context_init_seq(struct context *base, struct context **out) {
     *out = NULL;
+    struct context *owner = base->scratch_owner;
+    if (owner->n_seq_made >= owner->n_seq)
+        return st_fail("the context was made for %d sequences, all in use", owner->n_seq);
     struct context *c = st_xmalloc(sizeof *c);
-    *c = *base; // the same model, backend, sizes, parameters and scratch
-    c->scratch_owner = base->scratch_owner;
+    *c = *owner; // the same model, backend, sizes, parameters, cache and scratch
+    c->seq = owner->n_seq_made++;
     c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
     c->n_past = 0;
     c->hidden_out = NULL;
-    int failed = 0;
-    alloc_kv(c, &failed);
-    if (failed) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st_last_error());
-        context_free(c);
-        return st_fail("allocating another sequence's KV cache (%d positions) on %s: %s", base->n_ctx,
-                       base->be->name, msg);
-    }
     *out = c;
     return 0;
 }
@@ -173,19 +174,19 @@ int context_init_seq(struct context *base, struct context **out) {
 void context_free(struct context *c) {
     if (!c) return;
     struct backend *be = c->be;
-    for (int l = 0; l < c->model->hp.n_layer; l++) {
-        if (c->k_cache[l]) be->release(be, c->k_cache[l]);
-        if (c->v_cache[l]) be->release(be, c->v_cache[l]);
-    }
     if (c->scratch_owner == c) {
+        for (int l = 0; l < c->model->hp.n_layer; l++) {
+            if (c->k_cache[l]) be->release(be, c->k_cache[l]);
+            if (c->v_cache[l]) be->release(be, c->v_cache[l]);
+        }
         void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,     c->v,     c->att,
                         c->hb,     c->hb2, c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->release(be, bufs[i]);
         free(c->host_tokens);
+        free(c->k_cache);
+        free(c->v_cache);
     }
-    free(c->k_cache);
-    free(c->v_cache);
     free(c->history);
     free(c);
 }
@@ -250,6 +251,8 @@ static int check_spans(const struct context *c, const struct forward_span *sp, i
         if (p->pos0 < 0 || p->pos0 + p->n > p->c->n_ctx)
             return st_fail("forward: positions %d..%d do not fit the context of %d", p->pos0,
                            p->pos0 + p->n - 1, p->c->n_ctx);
+        for (int t = 0; t < s; t++)
+            if (sp[t].c == p->c) return st_fail("forward: spans %d and %d are of one sequence", t, s);
         for (int i = 0; i < p->n; i++)
             if (p->tokens[i] < 0 || p->tokens[i] >= hp->n_vocab)
                 return st_fail("forward: token id %d is outside the vocabulary (0..%d)", p->tokens[i],
@@ -259,25 +262,19 @@ static int check_spans(const struct context *c, const struct forward_span *sp, i
     return 0;
 }
 
-// The attention of one layer for every span: each sequence's rows rotated at its
-// own positions, stored in its own cache and attending to it.
-static void attention_spans(struct context *c, const struct forward_span *sp, int n_span, int l) {
+// The attention of one layer for every row: rotated at its position, stored in
+// its sequence's cache region and attending to it.
+static void attention_rows(struct context *c, const struct batch_rows *r, int l) {
     struct backend *be = c->be;
     const struct model_hparams *hp = &c->model->hp;
     const struct layer_weights *L = &c->model->layers[l];
-    const int hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const int hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
     const struct rope_params *rp = &c->rope[L->swa];
-    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++) {
-        struct context *sc = sp[s].c;
-        float *q = c->q + (size_t)row * q_dim, *k = c->k + (size_t)row * kv_dim;
-        float *v = c->v + (size_t)row * kv_dim, *att = c->att + (size_t)row * q_dim;
-        const int n = sp[s].n, pos0 = sp[s].pos0;
-        be->rope(be, q, n, hp->n_head, hd, pos0, rp);
-        be->rope(be, k, n, hp->n_head_kv, hd, pos0, rp);
-        be->kv_store(be, sc->k_cache[l], sc->v_cache[l], k, v, n, pos0, kv_dim);
-        be->attention(be, q, sc->k_cache[l], sc->v_cache[l], att, n, pos0, hp->n_head, hp->n_head_kv, hd,
-                      &sc->attn[L->swa]);
-    }
+    be->rope(be, c->q, r, hp->n_head, hd, rp);
+    be->rope(be, c->k, r, hp->n_head_kv, hd, rp);
+    be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, r, kv_dim);
+    be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, r, hp->n_head, hp->n_head_kv, hd,
+                  &c->attn[L->swa]);
 }
 
 // c->logits rows from out_row on = the output layer of rows row0 .. row0+n-1 of x.
@@ -298,9 +295,19 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
     const int E = hp->n_embd, hd = hp->head_dim;
     const int64_t nE = (int64_t)n * E;
 
-    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++)
-        memcpy(c->host_tokens + row, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
-    be->upload(be, c->tokens, c->host_tokens, sizeof(int32_t) * (size_t)n);
+    // ids, positions and cache bases of the rows, (3, n), in one upload
+    int32_t *ids = c->host_tokens, *pos = ids + n, *base = pos + n;
+    int n_kv = 0;
+    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++) {
+        memcpy(ids + row, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
+        for (int i = 0; i < sp[s].n; i++) {
+            pos[row + i] = sp[s].pos0 + i;
+            base[row + i] = sp[s].c->seq * c->n_ctx;
+        }
+        if (sp[s].pos0 + sp[s].n > n_kv) n_kv = sp[s].pos0 + sp[s].n;
+    }
+    be->upload(be, c->tokens, ids, sizeof(int32_t) * 3 * (size_t)n);
+    const struct batch_rows rows = {n, c->tokens + n, c->tokens + 2 * n, pos, base, n_kv};
     be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -314,7 +321,7 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
             be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
         }
-        attention_spans(c, sp, n_span, l);
+        attention_rows(c, &rows, l);
         linear(be, &L->wo, &L->bo, c->att, c->xb, n);
         if (weight_present(&L->attn_post_norm))
             be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);

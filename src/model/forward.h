@@ -15,13 +15,15 @@ struct context {
     struct backend *be;  // borrowed
     int n_ctx;           // positions the KV cache holds
     int n_batch;         // tokens one forward call takes at most
+    int n_seq;           // sequences the KV cache holds (the base and its context_init_seq ones)
+    int seq;             // this context's: its cache rows are seq·n_ctx .. seq·n_ctx + n_ctx-1
     // per layer kind: [0] global layers, [1] sliding-window layers
     struct rope_params rope[2]; // LongRoPE factors chosen for n_ctx
     struct attn_params attn[2];
-    float **k_cache; // [n_layer] backend buffers (n_ctx, n_head_kv*head_dim)
+    float **k_cache; // [n_layer] backend buffers (n_seq·n_ctx, n_head_kv*head_dim), shared
     float **v_cache; // [n_layer] same
     // scratch, backend buffers
-    int32_t *tokens;   // (n_batch)
+    int32_t *tokens;   // (3, n_batch) of a batch of n: ids, positions, cache bases (3n used)
     float *x;          // (n_batch, n_embd) residual stream
     float *xb;         // (n_batch, n_embd) normed input / block output
     float *xb2;        // (n_batch, n_embd) shared expert's output
@@ -38,21 +40,26 @@ struct context {
     int32_t *history; // [n_ctx] host
     int n_past;
     float *hidden_out;             // host (n, n_embd), or NULL: see context_forward_hidden
-    int32_t *host_tokens;          // (n_batch) host: a batch's ids gathered for upload
+    int32_t *host_tokens;          // (3, n_batch) host: the same, gathered for one upload
+    int n_seq_made;                // the base: sequences handed out (itself included)
     struct context *scratch_owner; // the context whose scratch this one uses (itself, or a base)
 };
 
-// Allocates the KV cache for n_ctx positions and scratch for n_batch tokens on
-// be (preparing the model's weights for it). Returns 0 and sets *out (free with
-// context_free), or -1 with a message (e.g. the memory is not there).
-int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, struct context **out);
-// Frees c: its KV cache and history, and its scratch when it owns it (free the
-// sequences made with context_init_seq before their base).
+// Allocates a KV cache of n_ctx positions for each of n_seq sequences and
+// scratch for n_batch tokens on be (preparing the model's weights for it).
+// The context returned is the first sequence; context_init_seq makes the
+// others. Returns 0 and sets *out (free with context_free), or -1 with a
+// message (e.g. the memory is not there).
+int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, int n_seq,
+                 struct context **out);
+// Frees c: its history, and its KV cache and scratch when it is the base (free
+// the sequences made with context_init_seq before their base).
 void context_free(struct context *c);
-// Makes another sequence beside base: a context of the same model, backend and
-// size with a KV cache and history of its own that borrows base's scratch, so
-// that the two can run in one batch (context_forward_batch) but never from two
-// threads at once. Returns 0 and sets *out, or -1 with a message.
+// Makes the next sequence of base's cache: a context of the same model,
+// backend and size with a cache region and history of its own that shares
+// base's scratch, so that the two can run in one batch (context_forward_batch)
+// but never from two threads at once. Returns 0 and sets *out, or -1 with a
+// message when base's n_seq sequences are all made.
 int context_init_seq(struct context *base, struct context **out);
 // Bytes of scratch a context with batch n_batch allocates on its backend
 // (beside the KV cache, model_kv_bytes): what a memory plan must count.
@@ -91,7 +98,9 @@ struct forward_span {
 
 // Runs the spans' tokens as one batch (Σ n ≤ c->n_batch) through the weights,
 // each span attending to its own sequence's cache: decode steps of several
-// sequences, or chunks of their prompts, share each weight read. Writes the
+// sequences, or chunks of their prompts, share each weight read, and each
+// layer's RoPE, cache store and attention run once over every row (a sequence
+// may appear in one span of a batch at most). Writes the
 // wanted logits to host memory in span order: (Σ wanted rows, n_vocab).
 // Updates each sequence's history and n_past. Returns 0 or -1 with a message
 // (nothing is run when a span is out of range).

@@ -51,7 +51,7 @@ int session_open(const struct session_opts *o, struct session *s) {
                 want, n_ctx, (double)kv * want / 1073741824.0, kv / 1073741824.0, s->be->name, n_seq);
         goto fail;
     }
-    if (context_init(s->model, s->be, n_ctx, n_batch, &s->ctx)) goto fail;
+    if (context_init(s->model, s->be, n_ctx, n_batch, n_seq, &s->ctx)) goto fail;
     s->seq = st_xcalloc((size_t)n_seq, sizeof *s->seq);
     s->seq[0] = s->ctx;
     s->n_seq = 1;
