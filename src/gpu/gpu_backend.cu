@@ -436,7 +436,12 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
     free(slot->ff);
     memset(slot, 0, sizeof *slot);
     if (!GPU_CHECK(gpuMalloc((void **)&slot->cs, sizeof(float2) * (size_t)cap * half)) &&
-        !GPU_CHECK(gpuMemcpy(slot->cs, host, sizeof(float2) * (size_t)cap * half, gpuMemcpyHostToDevice))) {
+        // on the backend's stream: a plain gpuMemcpy runs on the legacy stream, which a
+        // non-blocking stream does not wait for, and from pageable memory it may return
+        // before the copy lands
+        !GPU_CHECK(gpuMemcpyAsync(slot->cs, host, sizeof(float2) * (size_t)cap * half, gpuMemcpyHostToDevice,
+                                  g->stream)) &&
+        !GPU_CHECK(gpuStreamSynchronize(g->stream))) {
         slot->cap = cap;
         slot->rp = *rp;
         slot->rp.freq_factors = NULL; // ff holds them
