@@ -33,7 +33,9 @@ enum backend_cap {
 // one op call serves several sequences, each at its own position. pos and base
 // are backend buffers the ops read (they must stay unchanged until sync);
 // host_pos and host_base hold the same values on the host, for backends that
-// plan their work there. n_kv is the most keys a row sees: max pos[i] + 1.
+// plan their work there. n_kv bounds the keys a row sees: n_kv ≥ pos[i] + 1 for
+// every row (the forward pass rounds it up, so that one recorded pass serves
+// many positions).
 struct batch_rows {
     int n;                               // rows
     const int32_t *pos, *base;           // backend buffers (n)
@@ -126,7 +128,23 @@ struct backend {
                         float *out);
     // Waits for every enqueued op. Returns 0, or -1 with the first error's message.
     int (*sync)(struct backend *be);
+
+    // Recorded passes (NULL where a backend has none, e.g. a runtime without
+    // graphs): the ops a caller enqueues between graph_begin and graph_end are
+    // recorded once and replayed as one unit afterwards. graph_begin(key)
+    // returns BACKEND_GRAPH_REPLAYED when it replayed the recording of key (the
+    // caller enqueues nothing), BACKEND_GRAPH_RECORDING when the caller's ops
+    // are to be recorded (then graph_end runs them, or returns -1 when the
+    // recording failed and nothing ran: the caller enqueues them again), or
+    // BACKEND_GRAPH_NONE (the ops run as usual). One key must stand for the same
+    // ops with the same arguments (buffers, sizes, batch_rows.n_kv); what the
+    // buffers hold may differ from pass to pass. Releasing or growing any
+    // buffer forgets every recording.
+    int (*graph_begin)(struct backend *be, uint64_t key);
+    int (*graph_end)(struct backend *be);
 };
+
+enum { BACKEND_GRAPH_NONE, BACKEND_GRAPH_RECORDING, BACKEND_GRAPH_REPLAYED };
 
 // The plain reference backend: scalar C, double accumulation, one thread. The oracle.
 struct backend *backend_cpu_ref_init(void);

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "backend.h"
+#if defined(STRATA_GPU)
+#include "gpu/gpu.h"
+#endif
 #include "model/forward.h"
 #include "model/model.h"
 #include "text/sampler.h"
@@ -397,6 +400,80 @@ static void test_prompt_ids(void) {
     }
 }
 
+#if defined(STRATA_GPU)
+// Decodes steps tokens for S sequences (one batch of S rows per step, after a
+// prompt chunk each) and writes every step's logits to out (steps, S, n_vocab).
+static void decode_steps(struct backend *be, int S, int steps, float *out) {
+    struct context *seq[3];
+    CHECK(context_init(model, be, 640, 64, S, &seq[0]) == 0, "%s", st_last_error());
+    for (int s = 1; s < S; s++) CHECK(context_init_seq(seq[0], &seq[s]) == 0, "%s", st_last_error());
+    const int V = model->hp.n_vocab;
+    for (int s = 0; s < S; s++) // prompts of different lengths: the rows sit at different positions
+        CHECK(context_forward(seq[s], prompts[s].ids, prompts[s].n, 0, out, false) == 0, "%s",
+              st_last_error());
+    uint64_t rng = 99;
+    for (int t = 0; t < steps; t++) {
+        struct forward_span sp[3];
+        int32_t id[3];
+        for (int s = 0; s < S; s++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            id[s] = (int32_t)((rng >> 33) % (uint64_t)V);
+            sp[s] = (struct forward_span){seq[s], &id[s], 1, seq[s]->n_past, SPAN_LOGITS_LAST};
+        }
+        CHECK(context_forward_batch(seq[0], sp, S, out + (size_t)t * S * V) == 0, "%s", st_last_error());
+    }
+    for (int s = S - 1; s >= 0; s--) context_free(seq[s]);
+}
+#endif
+
+// On each GPU backend: decode steps recorded and replayed as graphs give the
+// logits that the same steps give launched op by op, to the bit (the same
+// kernels on the same inputs), for one sequence and for three in one batch,
+// across the position (256) where the rounded key length moves on.
+static void test_gpu_graphs(void) {
+#if defined(STRATA_GPU)
+    int n_desc, ran = 0;
+    const struct backend_desc *d = backend_registry(&n_desc);
+    const int V = model->hp.n_vocab, steps = 280;
+    for (int i = 0; i < n_desc; i++) {
+        if (!(d[i].caps & BACKEND_CAP_GPU) || !backend_built(&d[i])) continue;
+        const struct backend_opts o = {0};
+        struct backend *be = backend_open(d[i].name, &o);
+        CHECK(be, "%s: %s", d[i].name, st_last_error());
+        if (!be) continue;
+        for (int S = 1; S <= 3; S += 2) {
+            float *plain = malloc(sizeof(float) * (size_t)steps * S * V);
+            float *graph = malloc(sizeof(float) * (size_t)steps * S * V);
+            gpu_backend_set_graphs(be, false);
+            const uint64_t r0 = gpu_backend_graph_replays(be);
+            decode_steps(be, S, steps, plain);
+            const uint64_t r1 = gpu_backend_graph_replays(be);
+            gpu_backend_set_graphs(be, true);
+            decode_steps(be, S, steps, graph);
+            const uint64_t r2 = gpu_backend_graph_replays(be);
+            // each key (rows, rounded length) runs once plainly, is recorded once, then replayed
+            CHECK(r1 == r0 && r2 - r1 == (uint64_t)steps - 4,
+                  "%s: %llu replays with graphs off, %llu of %d "
+                  "steps on",
+                  be->name, (unsigned long long)(r1 - r0), (unsigned long long)(r2 - r1), steps);
+            size_t differ = 0;
+            for (size_t k = 0; k < (size_t)steps * S * V; k++) differ += plain[k] != graph[k];
+            printf("    %s: %d sequence(s), %d steps: %zu logits differ between graphs and plain launches\n",
+                   be->name, S, steps, differ);
+            CHECK(differ == 0, "%s: replayed decode steps differ from plain ones in %zu logits", be->name,
+                  differ);
+            free(plain);
+            free(graph);
+        }
+        be->free(be);
+        ran++;
+    }
+    if (!ran) SKIP("this build has no GPU backend");
+#else
+    SKIP("this build has no GPU backend");
+#endif
+}
+
 int main(void) {
     const char *path = test_model_path();
     if (!path || access(path, R_OK) != 0) {
@@ -416,6 +493,7 @@ int main(void) {
     RUN(test_batch_equals_sequential);
     RUN(test_sequences_in_one_batch);
     RUN(test_sequences_on_gpu);
+    RUN(test_gpu_graphs);
     RUN(test_fast_greedy);
     RUN(test_ref_greedy);
     if (model) model_free(model);

@@ -63,6 +63,13 @@ int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_
 // message on failure. One GPU backend per host thread.
 struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap);
 
+// Whether decode passes are recorded and replayed as graphs (backend.h's
+// graph_begin; on by default, off with STRATA_GPU_GRAPHS=0 in the environment
+// or where the runtime cannot record). Forgets the recordings made so far.
+void gpu_backend_set_graphs(struct backend *be, bool on);
+// How many recorded passes this backend has replayed.
+uint64_t gpu_backend_graph_replays(struct backend *be);
+
 // Threads per weight row of the single-token products (matrix × vector): 16,
 // 32, 64, 128 or 256, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.

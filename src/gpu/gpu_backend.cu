@@ -55,6 +55,17 @@ struct gpu_rope_slot {
     unsigned used;         // last use, for replacement
 };
 
+// A recorded pass (backend.h's graph_begin): seen once, recorded the second
+// time, replayed from then on.
+#define GPU_GRAPH_SLOTS 64
+struct gpu_graph {
+    uint64_t key;
+    bool used_slot;      // key is set
+    bool broken;         // recording it failed: never again
+    gpuGraphExec_t exec; // NULL until recorded
+    unsigned used;       // last use, for replacement
+};
+
 struct gpu_be {
     struct backend be;
     int device;
@@ -76,6 +87,12 @@ struct gpu_be {
     size_t bench_y_cap;
     struct gpu_rope_slot rope[GPU_ROPE_SLOTS]; // RoPE tables by parameters
     unsigned rope_clock;
+    struct gpu_graph graphs[GPU_GRAPH_SLOTS]; // recorded passes by key (graph_begin)
+    unsigned graph_clock;
+    uint64_t graph_replays; // passes replayed so far
+    bool graphs_off;        // STRATA_GPU_GRAPHS=0, or the runtime cannot record
+    int recording;          // the slot being recorded, or -1
+    bool recording_failed;  // an op needed what a recording cannot hold (a buffer to grow)
     // device copies of prepared weights, keyed by their host data (open addressing)
     const void **wkey;
     void **wval;
@@ -101,6 +118,7 @@ static bool take_error(struct gpu_be *g) {
 
 static void op_fail(struct gpu_be *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void op_fail(struct gpu_be *g, const char *fmt, ...) {
+    if (g->recording >= 0 && g->recording_failed) return; // the ops run again, unrecorded
     take_error(g);
     if (g->error_set) return; // the first failure explains the rest
     va_list ap;
@@ -173,9 +191,27 @@ static void wdel(struct gpu_be *g, const void *key) {
 
 static const char *wname(const struct weight *w) { return w->name ? w->name : ""; }
 
+// Forgets every recorded pass (they hold buffer addresses).
+static void graphs_clear(struct gpu_be *g) {
+    for (int i = 0; i < GPU_GRAPH_SLOTS; i++) {
+        if (g->graphs[i].exec) (void)gpuGraphExecDestroy(g->graphs[i].exec);
+        memset(&g->graphs[i], 0, sizeof g->graphs[i]);
+    }
+}
+
+// Whether a buffer may be (re)allocated now: not while a pass is being
+// recorded (the recording is then abandoned, and its ops run unrecorded).
+static bool may_allocate(struct gpu_be *g) {
+    if (g->recording < 0) return true;
+    g->recording_failed = true;
+    return false;
+}
+
 // Grows a scratch buffer to at least need bytes; its contents are lost.
 static void *grow(struct gpu_be *g, void **buf, size_t *cap, size_t need) {
     if (need <= *cap) return *buf;
+    if (!may_allocate(g)) return NULL;
+    graphs_clear(g);
     // kernels in flight may still use the old buffer
     if (GPU_CHECK(gpuStreamSynchronize(g->stream))) return NULL;
     if (*buf) (void)gpuFree(*buf);
@@ -223,6 +259,7 @@ static void gb_release(struct backend *be, void *buf) {
         if (g->bufs[i] == buf) {
             g->bufs[i] = g->bufs[--g->n_bufs];
             GPU_CHECK(gpuStreamSynchronize(g->stream));
+            graphs_clear(g);
             GPU_CHECK(gpuFree(buf));
             g->q8_valid = false;
             return;
@@ -414,6 +451,8 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
         slot->used = ++g->rope_clock;
         return slot->cs;
     }
+    if (!may_allocate(g)) return NULL;
+    graphs_clear(g);
     int cap = slot ? 2 * slot->cap : 4096;
     if (cap < pos_end) cap = pos_end;
     if (!slot) { // the least recently used slot
@@ -580,6 +619,68 @@ static void gb_add(struct backend *be, float *x, const float *y, int64_t n) {
     take_error(g);
 }
 
+// --- recorded passes --------------------------------------------------------------------
+
+static int gb_graph_begin(struct backend *be, uint64_t key) {
+    struct gpu_be *g = gb(be);
+    if (g->graphs_off || g->recording >= 0 || take_error(g)) return BACKEND_GRAPH_NONE;
+    struct gpu_graph *gr = NULL, *lru = &g->graphs[0];
+    for (int i = 0; i < GPU_GRAPH_SLOTS && !gr; i++) {
+        if (g->graphs[i].used_slot && g->graphs[i].key == key) gr = &g->graphs[i];
+        if (g->graphs[i].used < lru->used) lru = &g->graphs[i];
+    }
+    g->q8_valid = false; // a recording must not lean on what came before it
+    if (!gr) {           // first sight: run as usual (buffers grow to what the pass needs)
+        if (lru->exec) (void)gpuGraphExecDestroy(lru->exec);
+        memset(lru, 0, sizeof *lru);
+        lru->key = key;
+        lru->used_slot = true;
+        lru->used = ++g->graph_clock;
+        return BACKEND_GRAPH_NONE;
+    }
+    gr->used = ++g->graph_clock;
+    if (gr->broken) return BACKEND_GRAPH_NONE;
+    if (gr->exec) {
+        GPU_CHECK(gpuGraphLaunch(gr->exec, g->stream));
+        take_error(g);
+        g->graph_replays++;
+        return BACKEND_GRAPH_REPLAYED;
+    }
+    if (gpuStreamBeginCapture(g->stream, gpuStreamCaptureModeRelaxed) != gpuSuccess) {
+        (void)gpuGetLastError(); // this runtime cannot record: plain streams from now on
+        g->graphs_off = true;
+        return BACKEND_GRAPH_NONE;
+    }
+    g->recording = (int)(gr - g->graphs);
+    g->recording_failed = false;
+    return BACKEND_GRAPH_RECORDING;
+}
+
+static int gb_graph_end(struct backend *be) {
+    struct gpu_be *g = gb(be);
+    if (g->recording < 0) return st_fail("graph_end without graph_begin");
+    struct gpu_graph *gr = &g->graphs[g->recording];
+    g->recording = -1;
+    gpuGraph_t graph = NULL;
+    const gpuError_t e = gpuStreamEndCapture(g->stream, &graph);
+    gpuGraphExec_t exec = NULL;
+    bool ok = e == gpuSuccess && graph && !g->recording_failed && !tl_error_set && !g->error_set &&
+              gpuGraphInstantiateWithFlags(&exec, graph, 0) == gpuSuccess;
+    if (graph) (void)gpuGraphDestroy(graph);
+    if (ok) ok = gpuGraphLaunch(exec, g->stream) == gpuSuccess;
+    if (!ok) { // nothing ran: the caller enqueues the ops again, unrecorded
+        if (exec) (void)gpuGraphExecDestroy(exec);
+        (void)gpuGetLastError();
+        tl_error_set = 0;                  // a failure to record; an op's own failure recurs unrecorded
+        gr->broken = !g->recording_failed; // a buffer that had to grow: record the next time
+        g->recording_failed = false;
+        g->q8_valid = false;
+        return -1;
+    }
+    gr->exec = exec;
+    return 0;
+}
+
 static int gb_sync(struct backend *be) {
     struct gpu_be *g = gb(be);
     GPU_CHECK(gpuStreamSynchronize(g->stream));
@@ -598,6 +699,7 @@ static void gb_free(struct backend *be) {
     (void)gpuStreamSynchronize(g->stream);
     for (int i = 0; i < g->n_bufs; i++) (void)gpuFree(g->bufs[i]);
     free(g->bufs);
+    graphs_clear(g);
     void *scratch[] = {g->q8, g->att_part, g->bench_y};
     for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++)
         if (scratch[i]) (void)gpuFree(scratch[i]);
@@ -664,13 +766,27 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->moe_combine = gb_moe_combine;
     be->add = gb_add;
     be->sync = gb_sync;
+    be->graph_begin = gb_graph_begin;
+    be->graph_end = gb_graph_end;
+    const char *ge = getenv("STRATA_GPU_GRAPHS");
+    g->graphs_off = ge && !strcmp(ge, "0");
+    g->recording = -1;
     return be;
 }
+
+void gpu_backend_set_graphs(struct backend *be, bool on) {
+    struct gpu_be *g = gb(be);
+    graphs_clear(g);
+    g->graphs_off = !on;
+}
+
+uint64_t gpu_backend_graph_replays(struct backend *be) { return gb(be)->graph_replays; }
 
 int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row) {
     const int t = threads_per_row;
     if (t != 0 && t != 16 && t != 32 && t != 64 && t != 128 && t != 256)
         return st_fail("threads per row %d: use 16, 32, 64, 128, 256 or 0 (automatic)", t);
+    graphs_clear(gb(be));
     gb(be)->tpr = t;
     return 0;
 }

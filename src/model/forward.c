@@ -17,6 +17,7 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,8 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, in
     c->n_batch = n_batch;
     c->n_seq = n_seq;
     c->n_seq_made = 1;
+    static atomic_uint_least64_t next_serial = 1;
+    c->serial = atomic_fetch_add(&next_serial, 1);
     // LongRoPE: the long factors when the context, padded to a multiple of 256 as
     // llama.cpp pads it, is longer than the original one
     c->rope[0] = hp->rope;
@@ -286,28 +289,17 @@ static void output_rows(struct context *c, int row0, int n, int out_row) {
     linear(be, &m->output, &m->output_b, c->xb, c->logits + (size_t)out_row * m->hp.n_vocab, n);
 }
 
-int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits) {
+// Enqueues the pass over the batch's rows (their ids, positions and cache bases
+// already uploaded): every layer, then the output layer over the wanted rows
+// into c->logits, or the normed states into c->xb when c->hidden_out is set.
+// Returns the number of logits rows.
+static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_span,
+                        const struct batch_rows *rows) {
     const struct model *m = c->model;
     const struct model_hparams *hp = &m->hp;
     struct backend *be = c->be;
-    int n;
-    if (check_spans(c, sp, n_span, &n)) return -1;
-    const int E = hp->n_embd, hd = hp->head_dim;
+    const int n = rows->n, E = hp->n_embd, hd = hp->head_dim;
     const int64_t nE = (int64_t)n * E;
-
-    // ids, positions and cache bases of the rows, (3, n), in one upload
-    int32_t *ids = c->host_tokens, *pos = ids + n, *base = pos + n;
-    int n_kv = 0;
-    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++) {
-        memcpy(ids + row, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
-        for (int i = 0; i < sp[s].n; i++) {
-            pos[row + i] = sp[s].pos0 + i;
-            base[row + i] = sp[s].c->seq * c->n_ctx;
-        }
-        if (sp[s].pos0 + sp[s].n > n_kv) n_kv = sp[s].pos0 + sp[s].n;
-    }
-    be->upload(be, c->tokens, ids, sizeof(int32_t) * 3 * (size_t)n);
-    const struct batch_rows rows = {n, c->tokens + n, c->tokens + 2 * n, pos, base, n_kv};
     be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
     if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
     for (int l = 0; l < hp->n_layer; l++) {
@@ -321,7 +313,7 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
             be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
         }
-        attention_rows(c, &rows, l);
+        attention_rows(c, rows, l);
         linear(be, &L->wo, &L->bo, c->att, c->xb, n);
         if (weight_present(&L->attn_post_norm))
             be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
@@ -338,34 +330,83 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
     }
     if (c->hidden_out) { // embeddings: every row's normed state, no output layer
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
-        be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)nE);
-    } else {
-        // only the rows whose logits are wanted go through the output layer, one run
-        // of consecutive rows at a time (the last rows of spans that follow each other)
-        int n_out = 0, run0 = 0, run1 = 0; // rows out so far; the pending run [run0, run1)
-        for (int s = 0, row = 0; s <= n_span; s++) {
-            int a = 0, b = 0; // span s's wanted rows
-            if (s < n_span) {
-                a = sp[s].logits == SPAN_LOGITS_ALL ? row : row + sp[s].n - 1;
-                b = sp[s].logits == SPAN_LOGITS_NONE ? a : row + sp[s].n;
-                row += sp[s].n;
-                if (a == b) continue;
-                if (a == run1 && run1 > run0) { // the run goes on
-                    run1 = b;
-                    continue;
-                }
-            }
-            if (run1 > run0) {
-                output_rows(c, run0, run1 - run0, n_out);
-                n_out += run1 - run0;
-            }
-            run0 = a;
-            run1 = b;
-        }
-        const int64_t n_logits = (int64_t)n_out * hp->n_vocab;
-        if (n_logits && hp->final_softcap > 0) be->softcap(be, c->logits, n_logits, hp->final_softcap);
-        if (n_logits) be->download(be, logits, c->logits, sizeof(float) * (size_t)n_logits);
+        return 0;
     }
+    // only the rows whose logits are wanted go through the output layer, one run
+    // of consecutive rows at a time (the last rows of spans that follow each other)
+    int n_out = 0, run0 = 0, run1 = 0; // rows out so far; the pending run [run0, run1)
+    for (int s = 0, row = 0; s <= n_span; s++) {
+        int a = 0, b = 0; // span s's wanted rows
+        if (s < n_span) {
+            a = sp[s].logits == SPAN_LOGITS_ALL ? row : row + sp[s].n - 1;
+            b = sp[s].logits == SPAN_LOGITS_NONE ? a : row + sp[s].n;
+            row += sp[s].n;
+            if (a == b) continue;
+            if (a == run1 && run1 > run0) { // the run goes on
+                run1 = b;
+                continue;
+            }
+        }
+        if (run1 > run0) {
+            output_rows(c, run0, run1 - run0, n_out);
+            n_out += run1 - run0;
+        }
+        run0 = a;
+        run1 = b;
+    }
+    if (n_out && hp->final_softcap > 0)
+        be->softcap(be, c->logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
+    return n_out;
+}
+
+// Decode steps (every span one token whose logits are wanted) of at most this
+// many rows are recorded and replayed where the backend can (graph_begin).
+#define GRAPH_MAX_ROWS 16
+
+// A recorded pass's key: the context (by its serial number: a freed context's
+// address may come back), the rows, and the n_kv bucket.
+static uint64_t graph_key(const struct context *c, int n, int bucket) {
+    return c->scratch_owner->serial << 16 | (uint64_t)bucket << 8 | (uint64_t)n;
+}
+
+int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits) {
+    const struct model *m = c->model;
+    const struct model_hparams *hp = &m->hp;
+    struct backend *be = c->be;
+    int n;
+    if (check_spans(c, sp, n_span, &n)) return -1;
+
+    // ids, positions and cache bases of the rows, (3, n), in one upload
+    int32_t *ids = c->host_tokens, *pos = ids + n, *base = pos + n;
+    int n_kv = 0;
+    bool decode = n <= GRAPH_MAX_ROWS && !c->hidden_out;
+    for (int s = 0, row = 0; s < n_span; row += sp[s].n, s++) {
+        memcpy(ids + row, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);
+        for (int i = 0; i < sp[s].n; i++) {
+            pos[row + i] = sp[s].pos0 + i;
+            base[row + i] = sp[s].c->seq * c->n_ctx;
+        }
+        if (sp[s].pos0 + sp[s].n > n_kv) n_kv = sp[s].pos0 + sp[s].n;
+        decode = decode && sp[s].n == 1 && sp[s].logits == SPAN_LOGITS_LAST;
+    }
+    be->upload(be, c->tokens, ids, sizeof(int32_t) * 3 * (size_t)n);
+    // n_kv rounded up to 256·2^bucket (at most n_ctx), so that what the backends
+    // decide from it holds from one token to the next
+    int bucket = 0;
+    while (256 << bucket < n_kv && 256 << bucket < c->n_ctx) bucket++;
+    n_kv = 256 << bucket < c->n_ctx ? 256 << bucket : c->n_ctx;
+    const struct batch_rows rows = {n, c->tokens + n, c->tokens + 2 * n, pos, base, n_kv};
+
+    int mode = BACKEND_GRAPH_NONE, n_out = n;
+    if (decode && be->graph_begin) mode = be->graph_begin(be, graph_key(c, n, bucket));
+    if (mode != BACKEND_GRAPH_REPLAYED) {
+        n_out = enqueue_pass(c, sp, n_span, &rows);
+        if (mode == BACKEND_GRAPH_RECORDING && be->graph_end(be)) n_out = enqueue_pass(c, sp, n_span, &rows);
+    }
+    if (c->hidden_out)
+        be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)n * hp->n_embd);
+    else if (n_out)
+        be->download(be, logits, c->logits, sizeof(float) * (size_t)n_out * hp->n_vocab);
     if (be->sync(be)) return -1;
     for (int s = 0; s < n_span; s++) {
         struct context *sc = sp[s].c;

@@ -42,6 +42,7 @@ struct context {
     float *hidden_out;             // host (n, n_embd), or NULL: see context_forward_hidden
     int32_t *host_tokens;          // (3, n_batch) host: the same, gathered for one upload
     int n_seq_made;                // the base: sequences handed out (itself included)
+    uint64_t serial;               // the base: a number no other context of the process has
     struct context *scratch_owner; // the context whose scratch this one uses (itself, or a base)
 };
 
