@@ -308,6 +308,18 @@ static void test_greedy(void) {
     CHECK(naive_argmax(all_masked, 3) == 0, "naive argmax");
     float inf[3] = {1, INFINITY, INFINITY};
     CHECK(sampler_argmax(inf, 3) == 1, "+inf: %d", sampler_argmax(inf, 3));
+    // every length around the 16-wide blocks, the maximum anywhere (the tail
+    // included), with NaN, infinities and ties
+    for (int n = 1; n <= 70; n++)
+        for (int rep = 0; rep < 20; rep++) {
+            float y[70];
+            for (int i = 0; i < n; i++) {
+                const uint64_t r = test_rand() % 12;
+                y[i] = r == 0 ? NAN : r == 1 ? -INFINITY : r == 2 && rep % 4 == 0 ? INFINITY : (float)(r % 4);
+            }
+            CHECK(sampler_argmax(y, n) == naive_argmax(y, n), "n %d: argmax %d, want %d", n,
+                  sampler_argmax(y, n), naive_argmax(y, n));
+        }
 }
 
 static void fill_normal(float *x, int n, double scale) {
@@ -471,6 +483,23 @@ static void test_nonfinite(void) {
     CHECK(probs[1] == 0.5 && probs[3] == 0.5, "reference +inf handling");
     check_distribution("two +inf logits", inf, 4, &p, NULL, 0, probs, N_DRAWS / 4);
     sampler_free(s);
+    // the same where the values are scanned 16 at a time: a NaN is never drawn,
+    // and a single +inf always is, with the default filters and without
+    for (int filt = 0; filt < 2; filt++) {
+        struct sampler_params q = filt ? params(0.8f, 40, 0.95f, 0.05f) : params(1.0f, 0, 1, 0);
+        struct sampler *t = sampler_init(&q, 40);
+        float x[40], y[40];
+        for (int i = 0; i < 200; i++) {
+            for (int j = 0; j < 40; j++) x[j] = (float)test_normal();
+            x[7] = NAN;
+            memcpy(y, x, sizeof y);
+            CHECK(sampler_sample(t, y) != 7, "a NaN logit was drawn");
+            x[21 + i % 19] = INFINITY;
+            memcpy(y, x, sizeof y);
+            CHECK(sampler_sample(t, y) == 21 + i % 19, "the one +inf logit was not drawn");
+        }
+        sampler_free(t);
+    }
 }
 
 // Greedy picks on hand-made logits show the penalty's exact effect:

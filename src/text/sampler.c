@@ -165,16 +165,19 @@ void sampler_reset(struct sampler *s) {
 
 int32_t sampler_argmax(const float *logits, int n) {
     // NaN compares false, so it loses like -inf; when nothing beats -inf the
-    // answer is index 0, the lowest of the tied.
-    int32_t best = -1;
+    // answer is index 0, the lowest of the tied. The largest value first, in 16
+    // independent lanes (vector registers), then the first index that holds it.
+    float lane[16];
+    for (int j = 0; j < 16; j++) lane[j] = -INFINITY;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
     float best_v = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (logits[i] > best_v) {
-            best_v = logits[i];
-            best = i;
-        }
-    }
-    return best < 0 ? 0 : best;
+    for (int j = 0; j < 16; j++) best_v = lane[j] > best_v ? lane[j] : best_v;
+    for (; i < n; i++) best_v = logits[i] > best_v ? logits[i] : best_v;
+    if (best_v == -INFINITY) return 0;
+    for (i = 0; logits[i] != best_v; i++) {}
+    return i;
 }
 
 // Candidate order: larger logit first, then lower id.
@@ -221,6 +224,16 @@ static int select_top_k(struct sampler *s, const float *logits, int k) {
         for (int j = k / 2 - 1; j >= 0; j--) heap_sift_down(h, k, j);
         float worst = h[0].logit;
         for (; i < s->n_vocab; i++) {
+            // Most tokens lose to the heap's worst: a block of 16 is skipped when
+            // none beats it (a loop the compiler turns into vector compares).
+            if ((i & 15) == 0 && i + 16 <= s->n_vocab) {
+                int beats = 0;
+                for (int j = 0; j < 16; j++) beats |= logits[i + j] > worst;
+                if (!beats) {
+                    i += 15;
+                    continue;
+                }
+            }
             // i is above every id in the heap, so a tie with the worst loses.
             if (logits[i] <= worst) continue;
             h[0] = (struct sampler_cand){logits[i], i};
@@ -301,10 +314,29 @@ static void apply_penalty(struct sampler *s, float *logits) {
 int32_t sampler_sample(struct sampler *s, float *logits) {
     const int n_vocab = s->n_vocab;
     apply_penalty(s, logits);
+    // The largest logit, and whether any is NaN or +inf: 16 independent lanes
+    // (the compiler keeps them in vector registers), odd values found from
+    // their bits (exponent all ones: NaN, or +inf when the fraction is 0).
+    float lane_max[16];
+    uint32_t lane_odd[16];
+    for (int j = 0; j < 16; j++) lane_max[j] = -INFINITY, lane_odd[j] = 0;
+    int i0 = 0;
+    for (; i0 + 16 <= n_vocab; i0 += 16)
+        for (int j = 0; j < 16; j++) {
+            const float l = logits[i0 + j];
+            uint32_t u;
+            memcpy(&u, &l, sizeof u);
+            lane_odd[j] |= (uint32_t)((u & 0x7fffffffu) > 0x7f800000u) | (uint32_t)(u == 0x7f800000u);
+            lane_max[j] = l > lane_max[j] ? l : lane_max[j];
+        }
     float lmax = -INFINITY;
     bool odd = false; // NaN or +inf seen
-    for (int i = 0; i < n_vocab; i++) {
-        float l = logits[i];
+    for (int j = 0; j < 16; j++) {
+        odd |= lane_odd[j] != 0;
+        lmax = lane_max[j] > lmax ? lane_max[j] : lmax;
+    }
+    for (; i0 < n_vocab; i0++) {
+        const float l = logits[i0];
         odd |= !(l <= FLT_MAX);
         lmax = l > lmax ? l : lmax;
     }
