@@ -415,8 +415,15 @@ static int product(struct gpu_be *g, const struct weight *w, const float *x, flo
     if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
     gpu_q8 q;
     if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
-    if (n <= GPU_MMVQ_MAX_TOKENS) return gpu_mmvq(m, q, y, n, n == 1 ? matvec_tpr(g, m) : 32, g->stream);
-    return gpu_mmq(m, q, y, n, g->stream);
+    if (n > GPU_MMVQ_SPLIT_TOKENS) return gpu_mmq(m, q, y, n, g->stream);
+    for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
+        const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
+        const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
+        const int rc =
+            gpu_mmvq(m, qt, y + (int64_t)t0 * w->rows, nt, nt == 1 ? matvec_tpr(g, m) : 32, g->stream);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 static void gb_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {

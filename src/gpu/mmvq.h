@@ -6,6 +6,10 @@
 
 // Tokens one mmvq launch takes; larger batches go to mmq.
 #define GPU_MMVQ_MAX_TOKENS 8
+// Up to this many tokens (a decode step of many sequences) the backend runs
+// several mmvq launches of at most GPU_MMVQ_MAX_TOKENS rather than mmq: each
+// reads the weights again, and is still the faster at this size.
+#define GPU_MMVQ_SPLIT_TOKENS 32
 
 // y (n, w.rows) = x (n, w.cols) · wᵀ with tpr threads per row (16, 32, 64,
 // 128 or 256 when n = 1; n > 1 always uses 32). Returns 0 once enqueued on s,
