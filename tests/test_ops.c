@@ -245,6 +245,15 @@ static int act_block(const struct be_entry *e, enum ggml_type t) {
     return (int)quant_get(vt)->block_size;
 }
 
+// The same for matmul_id: the CPU backends' expert products take per-row
+// dot products with activations quantized to the type's vec_dot_type (blocks
+// of 256 for the K-quants), not the repacked kernels' blocks of 32.
+static int id_act_block(const struct be_entry *e, enum ggml_type t) {
+    if (is_float_type(t)) return 0;
+    if (e->gpu) return 32;
+    return (int)quant_get(quant_get(t)->vec_dot_type)->block_size;
+}
+
 // Per-element bounds of y = x·wᵀ (n tokens) computed with activation blocks of B
 // (0: float), and the matching NMSE bound against ref.
 static double *matmul_bounds(const struct weight *w, const float *x, int n, int B, const float *ref_y,
@@ -809,7 +818,7 @@ static void test_matmul_id_case(const struct be_entry *e, enum ggml_type t, int 
             const float *xr = x + ((size_t)i * x_slots + (x_slots > 1 ? s : 0)) * cols;
             const float *yr = want + ((size_t)i * k + s) * rows;
             double nm;
-            double *b = matmul_bounds(&we, xr, 1, act_block(e, t), yr, &nm);
+            double *b = matmul_bounds(&we, xr, 1, id_act_block(e, t), yr, &nm);
             double ssr = 0;
             for (int64_t r = 0; r < rows; r++) ssr += (double)yr[r] * yr[r];
             nmse_sum += nm * ssr; // back to an absolute sum of squares
