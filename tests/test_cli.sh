@@ -58,6 +58,9 @@ expect synth_bad_type 2 "unknown tensor type 'Q9_9'" -- synth -o "$tmp/s.gguf" -
 expect synth_bad_width 1 "not a multiple of" -- synth -o "$tmp/s.gguf" --dim 80 --heads 4 --type Q8_0
 expect synth_and_run 0 "generated 4 tokens" -- run -m "$tmp/tiny.gguf" -p "hello" -n 4 --temp 0
 expect bench_tiny 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1
+expect bench_parallel 0 "tg8 .*ms/step" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 -np 4
+expect bench_parallel_zero 2 "-np: 0 is out of range \\[1, 256\\]" -- bench -m "$tmp/tiny.gguf" -np 0
+expect bench_parallel_huge 2 "-np: 300 is out of range" -- bench -m "$tmp/tiny.gguf" -np 300
 expect bench_busy 0 "tg8 .*busy: another process spins on CPU" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --busy
 expect synth_q4_k_m 0 "wrote" -- synth -o "$tmp/k.gguf" --type Q4_K_M --dim 256 --ff 512 --layers 3
 expect run_q4_k_m 0 "generated 4 tokens" -- run -m "$tmp/k.gguf" -p "hello" -n 4 --temp 0
