@@ -307,13 +307,13 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
     struct cpu *c = cpu_of(be);
     const bool fast = c->isa >= GEMM_ISA_AVX512;
     const int nth = threadpool_size(c->tp), kv_dim = n_head_kv * head_dim;
-    // the plain loop wants scores_cap floats per thread
-    size_t need = (size_t)r->n_kv;
+    // per thread: the plain loop's scores, or the most any run of the fast kernel takes
+    size_t need = fast ? 0 : (size_t)r->n_kv;
     for (int t = 0, len; fast && t < r->n; t += len) {
         len = run_length(r, t);
         const size_t run_need =
             attention_scratch_floats(nth, len, r->host_pos[t], n_head, n_head_kv, head_dim) / (size_t)nth + 1;
-        if (t == 0 || run_need > need) need = run_need;
+        if (run_need > need) need = run_need;
     }
     if (need > c->scores_cap) {
         free(c->att_scratch);
