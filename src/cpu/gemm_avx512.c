@@ -3,8 +3,9 @@
 // A zmm register holds 16 int32 lanes, one per row of a group. For each 32-element
 // block the 16 rows' quants are unpacked once into eight registers v[j] (word j:
 // elements 4j..4j+3 of every row), and reused for a tile of up to 8 tokens: eight
-// vpdpbusd against the token's broadcast activation words give the 16 rows' block
-// sums, which are scaled and accumulated in float. Compiled for these
+// vpdpbusd against each token's broadcast activation words give the 16 rows' block
+// sums (issued word by word across the tile, so the tokens' chains overlap),
+// which are scaled and accumulated in float. Compiled for these
 // instructions whatever -march says; gemm.c calls them only when CPUID has them.
 #if defined(__x86_64__)
 
@@ -59,15 +60,35 @@ INLINE void unpack_q6(const uint8_t *ql, const uint8_t *qh, __m512i v[8]) {
     }
 }
 
-// Sum over words [j0, j1) of v[j] · activation word j (int32 per row), added to acc.
-INLINE __m512i dot_words(const __m512i v[8], const int8_t *q, int j0, int j1, __m512i acc) {
+// S[t] += Σ over words [j0, j1) of v[j] · token t's activation word j (int32 per
+// row), token t's block at q + t·stride. Word by word across the tokens: T
+// independent vpdpbusd chains in flight, not one chain of 8 per token.
+INLINE void dot_tile(const int T, const __m512i v[8], const int8_t *q, size_t stride, int j0, int j1,
+                     __m512i S[TILE]) {
+    if (T <= 2) { // too few tokens to hide the latency: each splits its chain in two
+        __m512i S2[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) S2[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int j = j0; j < j1; j++) acc = _mm512_dpbusd_epi32(acc, v[j], bcast_word(q + 4 * j));
-    return acc;
+        for (int j = j0; j < j1; j += 2)
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                S[t] = _mm512_dpbusd_epi32(S[t], v[j], bcast_word(q + (size_t)t * stride + 4 * j));
+                S2[t] = _mm512_dpbusd_epi32(S2[t], v[j + 1], bcast_word(q + (size_t)t * stride + 4 * j + 4));
+            }
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) S[t] = _mm512_add_epi32(S[t], S2[t]);
+        return;
+    }
+#pragma GCC unroll 8
+    for (int j = j0; j < j1; j++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            S[t] = _mm512_dpbusd_epi32(S[t], v[j], bcast_word(q + (size_t)t * stride + 4 * j));
 }
 
-// Single tokens stream the weights from memory: each block asks for the bytes
-// PF_AHEAD further on (the rest of the group, then the next one), which keeps
+// The weights stream from memory: each block asks for the bytes PF_AHEAD
+// further on (the rest of the group, then the next one), which keeps
 // loads in flight across the page boundaries where the hardware prefetcher stops.
 #ifndef PF_AHEAD
 #define PF_AHEAD 2048
@@ -101,7 +122,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
         __m512i v[8];
         __m512 dv, mv;
         if (gt == GEMM_Q4_0 || gt == GEMM_Q4_1) {
-            if (T == 1) prefetch_ahead(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), 4);
+            prefetch_ahead(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), 4);
             unpack_q4(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), v);
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
@@ -113,7 +134,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             }
         } else if (gt == GEMM_Q8_0) {
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
-            if (T == 1) prefetch_ahead(qs, 8);
+            prefetch_ahead(qs, 8);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_si512((const void *)(qs + 64 * j));
             dv = load_f16((const uint16_t *)gp + b * GEMM_R);
@@ -125,7 +146,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
                 d16 = load_f16(s->d);
                 dmin16 = load_f16(s->dmin);
             }
-            if (T == 1) prefetch_ahead(&s->qs[j][0][0][0], 4 + (j == 0) * 5); // sub-block 0: the scales too
+            prefetch_ahead(&s->qs[j][0][0][0], 4 + (j == 0) * 5); // sub-block 0: the scales too
             unpack_q4(&s->qs[j][0][0][0], v);
             const __m512 sc =
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
@@ -134,13 +155,17 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             dv = _mm512_mul_ps(d16, sc);
             mv = _mm512_mul_ps(_mm512_mul_ps(dmin16, m), _mm512_set1_ps(-1.0f));
         }
+        __m512i S[TILE];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            S[t] =
+                biased ? _mm512_set1_epi32(bias[(size_t)t * (size_t)nb + (size_t)b]) : _mm512_setzero_si512();
+        dot_tile(T, v, qa + b * GEMM_QK, (size_t)a->cols, 0, 8, S);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            const __m512i S0 = biased ? _mm512_set1_epi32(bias[ib]) : _mm512_setzero_si512();
-            const __m512i S = dot_words(v, qa + (size_t)t * (size_t)a->cols + b * GEMM_QK, 0, 8, S0);
             acc[t] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dv, _mm512_set1_ps(da[ib])), acc[t]);
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dv, _mm512_set1_ps(da[ib])), acc[t]);
             if (!biased) acc[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sa[ib]), acc[t]);
         }
     }
@@ -166,22 +191,27 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
         const struct gemm_q6_K *s = s0 + b / 8;
         const int bb = (int)(b % 8);
         __m512i v[8];
-        if (T == 1) prefetch_ahead(&s->ql[bb][0][0][0], 6 + (bb == 0) * 5);
+        prefetch_ahead(&s->ql[bb][0][0][0], 6 + (bb == 0) * 5);
         unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], v);
         const __m512 d = _mm512_loadu_ps(s->d);
         const __m512 ds0 = _mm512_mul_ps(
             d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb]))));
         const __m512 ds1 = _mm512_mul_ps(
             d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)s->sc[2 * bb + 1]))));
+        // each half from the activation's −32·Σq of that half, with its own scale
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512 ds = h ? ds1 : ds0;
+            __m512i S[TILE];
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
-            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            const __m512i S0 = dot_words(v, q, 0, 4, _mm512_set1_epi32(bias[2 * ib]));
-            const __m512i S1 = dot_words(v, q, 4, 8, _mm512_set1_epi32(bias[2 * ib + 1]));
-            const __m512 dat = _mm512_set1_ps(da[ib]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S0), _mm512_mul_ps(ds0, dat), acc[t]);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S1), _mm512_mul_ps(ds1, dat), acc[t]);
+            for (int t = 0; t < T; t++)
+                S[t] = _mm512_set1_epi32(bias[2 * ((size_t)t * (size_t)nb + (size_t)b) + h]);
+            dot_tile(T, v, qa + b * GEMM_QK, (size_t)a->cols, 4 * h, 4 * h + 4, S);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(S[t]),
+                    _mm512_mul_ps(ds, _mm512_set1_ps(da[(size_t)t * (size_t)nb + (size_t)b])), acc[t]);
         }
     }
     const __mmask16 mask = row_mask(w, g);

@@ -50,24 +50,47 @@ INLINE void y_unpack_q6(const uint8_t *ql, const uint8_t *qh, int h, __m256i v[8
     }
 }
 
-// Σ over words [j0, j1) of u8 v[j] · s8 activation word j, per row, plus acc.
-// `wide` caps how many words may share an int16 sum without VNNI (see the top).
-INLINE __m256i y_dot(const __m256i v[8], const int8_t *q, int j0, int j1, int wide, __m256i acc) {
+// S[t] += Σ over words [j0, j1) of u8 v[j] · s8 activation word j of token t
+// (whose block is at q + t·stride), per row. `wide` caps how many words may
+// share an int16 sum without VNNI (see the top). With VNNI the words go across
+// the tokens, so T chains of vpdpbusd overlap (one or two tokens split theirs).
+INLINE void y_dot_tile(const int T, const __m256i v[8], const int8_t *q, size_t stride, int j0, int j1,
+                       int wide, __m256i S[YTILE]) {
 #if YMM_VNNI
     (void)wide;
+    if (T <= 2) {
+        __m256i S2[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) S2[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int j = j0; j < j1; j++) acc = _mm256_dpbusd_avx_epi32(acc, v[j], y_bcast(q + 4 * j));
-    return acc;
+        for (int j = j0; j < j1; j += 2)
+#pragma GCC unroll 2
+            for (int t = 0; t < T; t++) {
+                S[t] = _mm256_dpbusd_avx_epi32(S[t], v[j], y_bcast(q + (size_t)t * stride + 4 * j));
+                S2[t] = _mm256_dpbusd_avx_epi32(S2[t], v[j + 1], y_bcast(q + (size_t)t * stride + 4 * j + 4));
+            }
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) S[t] = _mm256_add_epi32(S[t], S2[t]);
+        return;
+    }
+#pragma GCC unroll 8
+    for (int j = j0; j < j1; j++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            S[t] = _mm256_dpbusd_avx_epi32(S[t], v[j], y_bcast(q + (size_t)t * stride + 4 * j));
 #else
     const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const int8_t *qt = q + (size_t)t * stride;
 #pragma GCC unroll 8
-    for (int j = j0; j < j1; j += wide) {
-        __m256i s16 = _mm256_maddubs_epi16(v[j], y_bcast(q + 4 * j));
-        for (int k = 1; k < wide; k++)
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[j + k], y_bcast(q + 4 * (j + k))));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16, ones));
+        for (int j = j0; j < j1; j += wide) {
+            __m256i s16 = _mm256_maddubs_epi16(v[j], y_bcast(qt + 4 * j));
+            for (int k = 1; k < wide; k++)
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(v[j + k], y_bcast(qt + 4 * (j + k))));
+            S[t] = _mm256_add_epi32(S[t], _mm256_madd_epi16(s16, ones));
+        }
     }
-    return acc;
 #endif
 }
 
@@ -143,24 +166,30 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
                 absv[j] = _mm256_sign_epi8(v[j], v[j]);
             }
 #endif
+        __m256i S[YTILE];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
-            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            __m256i S;
+        for (int t = 0; t < T; t++)
+            S[t] =
+                biased ? _mm256_set1_epi32(bias[(size_t)t * (size_t)nb + (size_t)b]) : _mm256_setzero_si256();
 #if !YMM_VNNI
-            if (gt == GEMM_Q8_0) {
-                S = _mm256_setzero_si256();
+        if (gt == GEMM_Q8_0) {
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
                 for (int j = 0; j < 8; j++) {
                     const __m256i p =
                         _mm256_maddubs_epi16(absv[j], _mm256_sign_epi8(y_bcast(q + 4 * j), v[j]));
-                    S = _mm256_add_epi32(S, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                    S[t] = _mm256_add_epi32(S[t], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
                 }
-            } else
+            }
+        } else
 #endif
-                S = y_dot(v, q, 0, 8, wide, biased ? _mm256_set1_epi32(bias[ib]) : _mm256_setzero_si256());
+            y_dot_tile(T, v, qa + b * GEMM_QK, (size_t)a->cols, 0, 8, wide, S);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
             acc[t] =
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(dv, _mm256_set1_ps(da[ib])), acc[t]);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), _mm256_mul_ps(dv, _mm256_set1_ps(da[ib])), acc[t]);
             if (gt == GEMM_Q4_1 || gt == GEMM_Q4_K)
                 acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sa[ib]), acc[t]);
         }
@@ -191,15 +220,20 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
                                                 _mm_loadl_epi64((const __m128i *)&s->sc[2 * bb][8 * h]))));
         const __m256 ds1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
                                                 (const __m128i *)&s->sc[2 * bb + 1][8 * h]))));
+        // each half from the activation's −32·Σq of that half, with its own scale
+#pragma GCC unroll 2
+        for (int hh = 0; hh < 2; hh++) {
+            const __m256 ds = hh ? ds1 : ds0;
+            __m256i S[YTILE];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const int8_t *q = qa + (size_t)t * (size_t)a->cols + b * GEMM_QK;
-            const size_t ib = (size_t)t * (size_t)nb + (size_t)b;
-            const __m256i S0 = y_dot(v, q, 0, 4, 2, _mm256_set1_epi32(bias[2 * ib]));
-            const __m256i S1 = y_dot(v, q, 4, 8, 2, _mm256_set1_epi32(bias[2 * ib + 1]));
-            const __m256 dat = _mm256_set1_ps(da[ib]);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S0), _mm256_mul_ps(ds0, dat), acc[t]);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S1), _mm256_mul_ps(ds1, dat), acc[t]);
+            for (int t = 0; t < T; t++)
+                S[t] = _mm256_set1_epi32(bias[2 * ((size_t)t * (size_t)nb + (size_t)b) + hh]);
+            y_dot_tile(T, v, qa + b * GEMM_QK, (size_t)a->cols, 4 * hh, 4 * hh + 4, 2, S);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(S[t]),
+                    _mm256_mul_ps(ds, _mm256_set1_ps(da[(size_t)t * (size_t)nb + (size_t)b])), acc[t]);
         }
     }
     const int lanes = y_lanes(w, g, h);
