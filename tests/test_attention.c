@@ -8,7 +8,9 @@
 // Fresh random inputs each run (seed printed; STRATA_SEED repeats).
 //
 // Batch invariance: a prompt evaluated at once and token by token must give the
-// same outputs to the bit (the model tests compare the two ways end to end).
+// same outputs to the bit (the model tests compare the two ways end to end),
+// and so must several sequences' rows (decode tokens and prompt chunks, each
+// sequence in its own cache region) in one batch and each sequence alone.
 //
 // Bound: the kernels compute scores and sums in float with an exponential good
 // to 2 ulp; an output element may differ from the double result by
@@ -119,10 +121,11 @@ static void test_attention_cases(void) {
                     reference(q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
                     char what[128];
                     if (have512) {
+                        const struct att_run run = {0, n, pos0, 0};
                         float *scratch = st_xmalloc(
-                            sizeof(float) * attention_scratch_floats(3, n, pos0, n_head, n_head_kv, hd));
+                            sizeof(float) * attention_scratch_floats(3, &run, 1, n_head, n_head_kv, hd));
                         for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                        attention_avx512(tp, q, kc, vc, got, n, pos0, n_head, n_head_kv, hd, &ap, scratch);
+                        attention_avx512(tp, q, kc, vc, got, &run, 1, n_head, n_head_kv, hd, &ap, scratch);
                         snprintf(what, sizeof what,
                                  "avx512 heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
                                  n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
@@ -157,6 +160,67 @@ static void test_attention_cases(void) {
     threadpool_free(tp);
 }
 
+// Several sequences in one call: the rows of 2..6 sequences (one token, or a
+// chunk of up to 40), each at a random position of its own cache region, in
+// one batch, against each sequence alone (identical bits) and the reference.
+static void test_batched_sequences(void) {
+    static const int cfg[][3] = {{9, 3, 64}, {8, 2, 64}, {6, 2, 80}};
+    struct backend *be = backend_cpu_init(2);
+    const int region = 700; // cache rows per sequence
+    int cases = 0;
+    for (int rep = 0; rep < 12; rep++) {
+        const int *cf = cfg[rep % 3];
+        const int n_head = cf[0], n_head_kv = cf[1], hd = cf[2], kv_dim = n_head_kv * hd;
+        const int n_seq = 2 + (int)(rng_unit() * 5);
+        int n_of[6], pos_of[6], n = 0;
+        for (int i = 0; i < n_seq; i++) {
+            n_of[i] = rng_unit() < 0.6 ? 1 : 1 + (int)(rng_unit() * 40);
+            pos_of[i] = (int)(rng_unit() * (region - n_of[i]));
+            n += n_of[i];
+        }
+        const struct attn_params ap = {1 / sqrtf((float)hd), 0, rep % 4 == 3 ? 100 : 0};
+        const size_t nc = (size_t)n_seq * region * kv_dim, row = (size_t)n_head * hd;
+        float *kc = st_xmalloc(sizeof(float) * nc), *vc = st_xmalloc(sizeof(float) * nc);
+        float *q = st_xmalloc(sizeof(float) * n * row), *got = st_xmalloc(sizeof(float) * n * row);
+        float *one = st_xmalloc(sizeof(float) * n * row);
+        double *want = st_xmalloc(sizeof(double) * n * row);
+        for (int i = 0; i < n_seq; i++)
+            for (size_t e = 0; e < (size_t)region * kv_dim; e++) {
+                const bool past = e >= (size_t)(pos_of[i] + n_of[i]) * kv_dim;
+                kc[(size_t)i * region * kv_dim + e] = past ? NAN : rng_normal();
+                vc[(size_t)i * region * kv_dim + e] = past ? NAN : rng_normal();
+            }
+        for (size_t e = 0; e < (size_t)n * row; e++) q[e] = 2 * rng_normal();
+        int32_t pos[256], base[256];
+        for (int i = 0, t = 0; i < n_seq; t += n_of[i], i++)
+            for (int k = 0; k < n_of[i]; k++) pos[t + k] = pos_of[i] + k, base[t + k] = i * region;
+        int max_kv = 0;
+        for (int t = 0; t < n; t++) max_kv = pos[t] + 1 > max_kv ? pos[t] + 1 : max_kv;
+        const struct batch_rows all = {n, pos, base, pos, base, max_kv};
+        for (size_t e = 0; e < (size_t)n * row; e++) got[e] = NAN;
+        be->attention(be, q, kc, vc, got, &all, n_head, n_head_kv, hd, &ap);
+        for (int i = 0, t = 0; i < n_seq; t += n_of[i], i++) {
+            const size_t off = (size_t)i * region * kv_dim;
+            int32_t zero[64] = {0}; // alone: its region is the whole cache
+            const struct batch_rows local = {n_of[i], pos + t, zero, pos + t, zero, pos_of[i] + n_of[i]};
+            be->attention(be, q + t * row, kc + off, vc + off, one + t * row, &local, n_head, n_head_kv, hd,
+                          &ap);
+            reference(q + t * row, kc + off, vc + off, want + t * row, n_of[i], pos_of[i], n_head, n_head_kv,
+                      hd, &ap);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%d sequences, %d rows, heads %d/%d hd %d window %d", n_seq, n, n_head,
+                 n_head_kv, hd, ap.window);
+        CHECK(compare(got, want, (size_t)n * row, what) == 0, "%s: elements out of bounds", what);
+        CHECK(!memcmp(got, one, sizeof(float) * n * row),
+              "%s: the batch gives other bits than each sequence alone", what);
+        free(kc), free(vc), free(q), free(got), free(one), free(want);
+        cases++;
+    }
+    printf("  %d batches\n", cases);
+    be->free(be);
+}
+
 int main(void) {
     const char *seed_env = getenv("STRATA_SEED");
     const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
@@ -165,5 +229,6 @@ int main(void) {
     printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed,
            (unsigned long long)seed);
     RUN(test_attention_cases);
+    RUN(test_batched_sequences);
     TEST_END();
 }

@@ -21,9 +21,16 @@ static size_t per_thread(int n_head, int n_head_kv) {
     return (size_t)2 * TQ * (size_t)n_head + 16;
 }
 
-size_t attention_scratch_floats(int n_threads, int n, int pos0, int n_head, int n_head_kv, int head_dim) {
-    return (size_t)n * n_head * (size_t)n_pieces(n, pos0) * ((size_t)head_dim + 2) +
-           (size_t)n_threads * per_thread(n_head, n_head_kv);
+// The partials of one run: (n, n_head, pieces, hd + 2) floats.
+static size_t run_partials(const struct att_run *r, int n_head, int head_dim) {
+    return (size_t)r->n * n_head * (size_t)n_pieces(r->n, r->pos0) * ((size_t)head_dim + 2);
+}
+
+size_t attention_scratch_floats(int n_threads, const struct att_run *runs, int n_runs, int n_head,
+                                int n_head_kv, int head_dim) {
+    size_t f = (size_t)n_threads * per_thread(n_head, n_head_kv);
+    for (int i = 0; i < n_runs; i++) f += run_partials(&runs[i], n_head, head_dim);
+    return f;
 }
 
 #if defined(__x86_64__)
@@ -254,8 +261,7 @@ static void attend(const struct att_job *j, int t0, int nt, int hkv0, int hkv1, 
 
 // Prompts: a task is TQ tokens, one KV head, one key range (later tokens see
 // more keys: their tasks come first, so the long ones start early).
-static void prompt_task(void *arg, int task, int ith) {
-    const struct att_job *j = arg;
+static void prompt_task(const struct att_job *j, int task, int ith) {
     const int piece = task % j->pieces, hkv = task / j->pieces % j->n_head_kv;
     const int n_tb = (j->n + TQ - 1) / TQ;
     const int t0 = (n_tb - 1 - task / j->pieces / j->n_head_kv) * TQ;
@@ -265,15 +271,46 @@ static void prompt_task(void *arg, int task, int ith) {
 // A few tokens: a task is one token, every KV head, one key range, so the cache
 // rows are read whole (a KV head's slice of a row is a third of it or less, and
 // the prefetchers fetch the rest anyway).
-static void few_task(void *arg, int task, int ith) {
-    const struct att_job *j = arg;
+static void few_task(const struct att_job *j, int task, int ith) {
     attend(j, task / j->pieces, 1, 0, j->n_head_kv, task % j->pieces, ith);
 }
 
+static int run_tasks(const struct att_job *j) {
+    return j->n < TQ ? j->n * j->pieces : (j->n + TQ - 1) / TQ * j->n_head_kv * j->pieces;
+}
+
+// Every run of a batch in one job: task k belongs to the run whose range of
+// [end[i-1], end[i]) holds it.
+struct att_batch {
+    const struct att_job *jobs;
+    const int *end;
+    int n_jobs;
+};
+
+static int run_of(const struct att_batch *b, int *task) {
+    int lo = 0, hi = b->n_jobs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (*task < b->end[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (lo) *task -= b->end[lo - 1];
+    return lo;
+}
+
+static void attend_task(void *arg, int task, int ith) {
+    const struct att_batch *b = arg;
+    const struct att_job *j = &b->jobs[run_of(b, &task)];
+    if (j->n < TQ)
+        few_task(j, task, ith);
+    else
+        prompt_task(j, task, ith);
+}
+
 // out = Σ pieces e^(m_i − M)·out_i / Σ e^(m_i − M)·l_i for each (token, head).
-static void merge_task(void *arg, int th, int ith) {
-    (void)ith;
-    const struct att_job *j = arg;
+static void merge_one(const struct att_job *j, int th) {
     const int hd = j->hd;
     const float *part = j->partials + (size_t)th * j->pieces * ((size_t)hd + 2);
     float M = -INFINITY;
@@ -303,26 +340,54 @@ static void merge_task(void *arg, int th, int ith) {
     }
 }
 
+static void merge_task(void *arg, int task, int ith) {
+    (void)ith;
+    const struct att_batch *b = arg;
+    const int r = run_of(b, &task);
+    merge_one(&b->jobs[r], task);
+}
+
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
-                      const struct attn_params *ap, float *scratch) {
-    struct att_job j = {q,           k_cache,
-                        v_cache,     out,
-                        n,           pos0,
-                        n_head,      n_head_kv,
-                        head_dim,    ap->scale,
-                        ap->softcap, ap->window,
-                        scratch,     n_pieces(n, pos0),
-                        NULL,        per_thread(n_head, n_head_kv)};
-    j.scratch = scratch + (size_t)n * n_head * (size_t)j.pieces * ((size_t)head_dim + 2);
-    if (n < TQ)
-        threadpool_run_chunks(tp, few_task, &j, n * j.pieces);
+                      float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
+                      int head_dim, const struct attn_params *ap, float *scratch) {
+    if (n_runs <= 0) return;
+    struct att_job *jobs = st_xmalloc(sizeof *jobs * (size_t)n_runs);
+    int *ends = st_xmalloc(sizeof *ends * 2 * (size_t)n_runs), *merge_ends = ends + n_runs;
+    const size_t stride = per_thread(n_head, n_head_kv), kv_dim = (size_t)n_head_kv * head_dim;
+    float *thread_scratch = scratch, *partials = scratch + (size_t)threadpool_size(tp) * stride;
+    int tasks = 0, merges = 0;
+    for (int i = 0; i < n_runs; i++) {
+        const struct att_run *r = &runs[i];
+        const size_t row = (size_t)r->row * n_head * head_dim;
+        jobs[i] = (struct att_job){.q = q + row,
+                                   .k = k_cache + (size_t)r->base * kv_dim,
+                                   .v = v_cache + (size_t)r->base * kv_dim,
+                                   .out = out + row,
+                                   .n = r->n,
+                                   .pos0 = r->pos0,
+                                   .n_head = n_head,
+                                   .n_head_kv = n_head_kv,
+                                   .hd = head_dim,
+                                   .scale = ap->scale,
+                                   .softcap = ap->softcap,
+                                   .window = ap->window,
+                                   .partials = partials,
+                                   .pieces = n_pieces(r->n, r->pos0),
+                                   .scratch = thread_scratch,
+                                   .stride = stride};
+        partials += run_partials(r, n_head, head_dim);
+        ends[i] = tasks += run_tasks(&jobs[i]);
+        merge_ends[i] = merges += r->n * n_head;
+    }
+    const struct att_batch b = {jobs, ends, n_runs}, bm = {jobs, merge_ends, n_runs};
+    threadpool_run_chunks(tp, attend_task, (void *)&b, tasks);
+    if (merges >= 64)
+        threadpool_run_chunks(tp, merge_task, (void *)&bm, merges);
     else
-        threadpool_run_chunks(tp, prompt_task, &j, (n + TQ - 1) / TQ * n_head_kv * j.pieces);
-    if (n * n_head >= 64)
-        threadpool_run_chunks(tp, merge_task, &j, n * n_head);
-    else
-        for (int th = 0; th < n * n_head; th++) merge_task(&j, th, 0);
+        for (int i = 0; i < n_runs; i++)
+            for (int th = 0; th < runs[i].n * n_head; th++) merge_one(&jobs[i], th);
+    free(ends);
+    free(jobs);
 }
 
 #if defined(__clang__)
@@ -334,9 +399,9 @@ void attention_avx512(struct threadpool *tp, const float *q, const float *k_cach
 #else // not x86-64: never called (gemm_isa_available says no AVX-512)
 
 void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, int n, int pos0, int n_head, int n_head_kv, int head_dim,
-                      const struct attn_params *ap, float *scratch) {
-    (void)tp, (void)q, (void)k_cache, (void)v_cache, (void)out, (void)n, (void)pos0, (void)n_head;
+                      float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
+                      int head_dim, const struct attn_params *ap, float *scratch) {
+    (void)tp, (void)q, (void)k_cache, (void)v_cache, (void)out, (void)runs, (void)n_runs, (void)n_head;
     (void)n_head_kv, (void)head_dim, (void)ap, (void)scratch;
     ST_ASSERT(!"attention_avx512 called on a CPU without AVX-512");
 }

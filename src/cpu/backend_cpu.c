@@ -35,8 +35,10 @@ struct cpu {
     size_t gemm_act_cap;
     void *scratch; // quantized activations
     size_t scratch_cap;
-    float *att_scratch; // [n_threads][scores_cap]
-    size_t scores_cap;
+    float *att_scratch; // the plain loop's scores [n_threads][n_kv], or the fast kernel's scratch
+    size_t att_cap;
+    struct att_run *runs; // the batch's runs for the fast kernel
+    int runs_cap;
     // RoPE angle table for the rows of the current batch
     float *rope_cos, *rope_sin; // [rope_n][n_dims/2]
     int32_t *rope_pos;          // [rope_n] the positions it holds
@@ -258,7 +260,7 @@ struct att_job {
 
 static void att_worker(void *arg, int ith, int nth) {
     struct att_job *j = arg;
-    float *s = j->c->att_scratch + (size_t)ith * j->c->scores_cap;
+    float *s = j->c->att_scratch + (size_t)ith * (size_t)j->r->n_kv;
     const int group = j->n_head / j->n_head_kv;
     const int kv_dim = j->n_head_kv * j->head_dim;
     const float scale = j->ap.scale, cap = j->ap.softcap;
@@ -299,38 +301,34 @@ static int run_length(const struct batch_rows *r, int t) {
     return e - t;
 }
 
-// With AVX-512, attention_avx512 takes each run of rows of one sequence at
-// consecutive positions (a prompt chunk, a decode token) in one call.
+// With AVX-512, attention_avx512 takes the batch as runs of rows of one
+// sequence at consecutive positions (a prompt chunk, a decode token), all in
+// one call.
 static void cpu_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
                           float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
-    const bool fast = c->isa >= GEMM_ISA_AVX512;
-    const int nth = threadpool_size(c->tp), kv_dim = n_head_kv * head_dim;
-    // per thread: the plain loop's scores, or the most any run of the fast kernel takes
-    size_t need = fast ? 0 : (size_t)r->n_kv;
-    for (int t = 0, len; fast && t < r->n; t += len) {
-        len = run_length(r, t);
-        const size_t run_need =
-            attention_scratch_floats(nth, len, r->host_pos[t], n_head, n_head_kv, head_dim) / (size_t)nth + 1;
-        if (run_need > need) need = run_need;
-    }
-    if (need > c->scores_cap) {
-        free(c->att_scratch);
-        c->scores_cap = need;
-        c->att_scratch = st_xmalloc(sizeof(float) * need * (size_t)nth);
-    }
-    if (!fast) {
+    const int nth = threadpool_size(c->tp);
+    if (c->isa < GEMM_ISA_AVX512) {
+        grow((void **)&c->att_scratch, &c->att_cap, sizeof(float) * (size_t)r->n_kv * (size_t)nth);
         struct att_job j = {c, q, k_cache, v_cache, out, r, n_head, n_head_kv, head_dim, *ap};
         threadpool_run(c->tp, att_worker, &j);
         return;
     }
+    if (r->n > c->runs_cap) {
+        free(c->runs);
+        c->runs_cap = r->n;
+        c->runs = st_xmalloc(sizeof *c->runs * (size_t)r->n);
+    }
+    int n_runs = 0;
     for (int t = 0, len; t < r->n; t += len) {
         len = run_length(r, t);
-        const size_t qoff = (size_t)t * n_head * head_dim, coff = (size_t)r->host_base[t] * kv_dim;
-        attention_avx512(c->tp, q + qoff, k_cache + coff, v_cache + coff, out + qoff, len, r->host_pos[t],
-                         n_head, n_head_kv, head_dim, ap, c->att_scratch);
+        c->runs[n_runs++] = (struct att_run){t, len, r->host_pos[t], r->host_base[t]};
     }
+    grow((void **)&c->att_scratch, &c->att_cap,
+         sizeof(float) * attention_scratch_floats(nth, c->runs, n_runs, n_head, n_head_kv, head_dim));
+    attention_avx512(c->tp, q, k_cache, v_cache, out, c->runs, n_runs, n_head, n_head_kv, head_dim, ap,
+                     c->att_scratch);
 }
 
 // --- small ops -------------------------------------------------------------------
@@ -399,6 +397,7 @@ static void cpu_free(struct backend *be) {
     free(c->gemm_act);
     free(c->scratch);
     free(c->att_scratch);
+    free(c->runs);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->rope_pos);

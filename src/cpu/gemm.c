@@ -295,10 +295,11 @@ void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_wei
     }
     struct gemm_act a;
     gemm_act_layout(&a, *scratch, n, w->cols, w->gt);
-    struct quant_job qj = {gemm_quantizer(isa), x, &a, 16};
+    // 16 tokens a chunk, fewer when that leaves threads idle
+    const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
+    struct quant_job qj = {gemm_quantizer(isa), x, &a, n < 16 * nth ? (n + nth - 1) / nth : 16};
     threadpool_run_chunks(tp, quant_chunk, &qj, (n + qj.per_chunk - 1) / qj.per_chunk);
 
-    const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
     struct mm_job j = {.w = w, .a = &a, .kernel = gemm_kernel(isa, w->gt, n), .y = y, .n = n};
     int tb = (int)(ACT_L2_BYTES / w->cols);
     tb = tb < tile ? tile : tb / tile * tile;
