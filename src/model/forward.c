@@ -280,15 +280,6 @@ static void attention_rows(struct context *c, const struct batch_rows *r, int l)
                   &c->attn[L->swa]);
 }
 
-// c->logits rows from out_row on = the output layer of rows row0 .. row0+n-1 of x.
-static void output_rows(struct context *c, int row0, int n, int out_row) {
-    struct backend *be = c->be;
-    const struct model *m = c->model;
-    const int E = m->hp.n_embd;
-    be->rms_norm(be, &m->output_norm, c->x + (size_t)row0 * E, c->xb, n, E, m->hp.norm_eps);
-    linear(be, &m->output, &m->output_b, c->xb, c->logits + (size_t)out_row * m->hp.n_vocab, n);
-}
-
 // Enqueues the pass over the batch's rows (their ids, positions and cache bases
 // already uploaded): every layer, then the output layer over the wanted rows
 // into c->logits, or the normed states into c->xb when c->hidden_out is set.
@@ -332,9 +323,10 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
         return 0;
     }
-    // only the rows whose logits are wanted go through the output layer, one run
-    // of consecutive rows at a time (the last rows of spans that follow each other)
-    int n_out = 0, run0 = 0, run1 = 0; // rows out so far; the pending run [run0, run1)
+    // only the rows whose logits are wanted go through the output layer: their
+    // normed states gathered into xb (a run of consecutive rows at a time: the
+    // last rows of spans that follow each other), then one product for all
+    int n_out = 0, run0 = 0, run1 = 0; // rows gathered so far; the pending run [run0, run1)
     for (int s = 0, row = 0; s <= n_span; s++) {
         int a = 0, b = 0; // span s's wanted rows
         if (s < n_span) {
@@ -348,12 +340,14 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
             }
         }
         if (run1 > run0) {
-            output_rows(c, run0, run1 - run0, n_out);
+            be->rms_norm(be, &m->output_norm, c->x + (size_t)run0 * E, c->xb + (size_t)n_out * E, run1 - run0,
+                         E, hp->norm_eps);
             n_out += run1 - run0;
         }
         run0 = a;
         run1 = b;
     }
+    if (n_out) linear(be, &m->output, &m->output_b, c->xb, c->logits, n_out);
     if (n_out && hp->final_softcap > 0)
         be->softcap(be, c->logits, (int64_t)n_out * hp->n_vocab, hp->final_softcap);
     return n_out;
