@@ -80,6 +80,12 @@ struct backend {
                      float eps);
     // y (n, w.rows) = x (n, w.cols) · wᵀ
     void (*matmul)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
+    // y[i] (n, w[i].rows) = x (n, cols) · w[i]ᵀ for i < n_w ≤ 4, weights of the
+    // same cols (a layer's q, k, v; gate and up): what matmul does for each, in
+    // one pass where the backend can (the input prepared once). May be NULL:
+    // callers then call matmul for each weight.
+    void (*matmul_multi)(struct backend *be, const struct weight *const *w, int n_w, const float *x,
+                         float *const *y, int n);
     // x (n, dim) += b (dim), each row   (b: F32 weight of dim)
     void (*add_bias)(struct backend *be, const struct weight *b, float *x, int n, int dim);
     // In place: rotates x (r->n, n_head, head_dim), row i for position r->pos[i]

@@ -375,6 +375,79 @@ static void test_matmul(const struct be_entry *e) {
            cases, N_TYPES);
 }
 
+// matmul_multi against the backend's own matmul of each weight: the same bits
+// (matmul itself is held to the reference above). Mixed types share an input
+// (a K-quant model's q, k in Q4_K and v in Q6_K), some not repacked on the CPU.
+static void test_matmul_multi(const struct be_entry *e) {
+    if (!e->be->matmul_multi) {
+        printf("  --   %s matmul_multi: none (the forward pass calls matmul for each weight)\n", e->be->name);
+        return;
+    }
+    static const enum ggml_type sets[][3] = {{GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K},
+                                             {GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, GGML_TYPE_Q4_1},
+                                             {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F16},
+                                             {GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}};
+    static const int64_t rows[3] = {40, 17, 130};
+    static const int ns[] = {1, 3, 8, 17, 40};
+    const int before = test_n_fail;
+    int cases = 0;
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++)
+        for (int n_w = 1; n_w <= 3; n_w++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++, cases++) {
+                const int64_t cols = 512;
+                const int n = ns[ni];
+                struct weight w[3];
+                const struct weight *wp[3];
+                float *by[3], *want[3];
+                float *x = xmalloc_f((size_t)n * cols), *got = xmalloc_f((size_t)n * 130);
+                fill_normal(x, (size_t)n * cols);
+                float *bx = put(e->be, x, (size_t)n * cols * sizeof(float));
+                bool ok = true;
+                for (int i = 0; i < n_w; i++) {
+                    w[i] = make_weight(sets[si][i], rows[i], cols);
+                    wp[i] = &w[i];
+                    ok = ok && !e->be->prepare_weight(e->be, &w[i]);
+                    by[i] = put(e->be, NULL, (size_t)n * rows[i] * sizeof(float));
+                    want[i] = xmalloc_f((size_t)n * rows[i]);
+                }
+                if (ok) {
+                    for (int i = 0; i < n_w; i++) {
+                        e->be->matmul(e->be, &w[i], bx, by[i], n);
+                        ok = ok && get(e->be, want[i], by[i], (size_t)n * rows[i]);
+                        poison(e->be, by[i], (size_t)n * rows[i]);
+                    }
+                    e->be->matmul_multi(e->be, wp, n_w, bx, by, n);
+                    for (int i = 0; ok && i < n_w; i++) {
+                        ok = get(e->be, got, by[i], (size_t)n * rows[i]) &&
+                             !memcmp(got, want[i], sizeof(float) * (size_t)n * rows[i]);
+                        if (!ok)
+                            printf(
+                                "  FAIL %s matmul_multi: weight %d of %d (%s %lldx%lld), n=%d: not matmul's "
+                                "bits\n",
+                                e->be->name, i, n_w, quant_name(sets[si][i]), (long long)rows[i],
+                                (long long)cols, n);
+                    }
+                } else {
+                    printf("  FAIL %s matmul_multi: prepare_weight or download: %s\n", e->be->name,
+                           st_last_error());
+                }
+                if (ok)
+                    test_n_pass++;
+                else
+                    test_n_fail++;
+                for (int i = 0; i < n_w; i++) {
+                    e->be->release(e->be, by[i]);
+                    e->be->release_weight(e->be, &w[i]);
+                    free((void *)w[i].data);
+                    free(want[i]);
+                }
+                e->be->release(e->be, bx);
+                free(x);
+                free(got);
+            }
+    printf("  %s %s matmul_multi: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
+}
+
 static void test_get_rows(const struct be_entry *e) {
     if (e->be->get_rows == ref->get_rows) { // the same code compared with itself proves nothing
         printf("  --   %s get_rows: the reference's own code (dequantize_row, tested in test_quant): "
@@ -1050,6 +1123,7 @@ int main(int argc, char **argv) {
             test_get_rows(e);
             test_rms_norm(e);
             test_matmul(e);
+            test_matmul_multi(e);
             test_rope(e);
             test_kv_store_attention(e);
             test_elementwise(e);

@@ -171,6 +171,23 @@ static void cpu_matmul(struct backend *be, const struct weight *w, const float *
     threadpool_run(c->tp, mm_worker, &j);
 }
 
+static void cpu_matmul_multi(struct backend *be, const struct weight *const *w, int n_w, const float *x,
+                             float *const *y, int n) {
+    struct cpu *c = cpu_of(be);
+    const struct gemm_weight *gw[GEMM_MAX_PRODUCTS];
+    bool repacked = n_w <= GEMM_MAX_PRODUCTS;
+    for (int i = 0; repacked && i < n_w; i++) {
+        gw[i] = gemm_cache_find(c->gemm, w[i]->data);
+        repacked = gw[i] && gw[i]->type == w[i]->type && gw[i]->rows == w[i]->rows &&
+                   gw[i]->cols == w[i]->cols && w[i]->cols == w[0]->cols;
+    }
+    if (repacked) {
+        gemm_matmul_multi(c->tp, c->isa, gw, n_w, x, y, n, &c->gemm_act, &c->gemm_act_cap);
+        return;
+    }
+    for (int i = 0; i < n_w; i++) cpu_matmul(be, w[i], x, y[i], n);
+}
+
 // --- expert products ---------------------------------------------------------------
 // One expert at a time: the (token, slot) pairs routed to it share one pass
 // over its rows, threads claiming chunks of rows as in cpu_matmul.
@@ -430,6 +447,7 @@ struct backend *backend_cpu_init(int n_threads) {
     be->get_rows = cpu_get_rows;
     be->rms_norm = cpu_rms_norm;
     be->matmul = cpu_matmul;
+    be->matmul_multi = cpu_matmul_multi;
     be->rope = cpu_rope;
     be->kv_store = cpu_kv_store;
     be->attention = cpu_attention;

@@ -250,68 +250,111 @@ void gemm_cache_free(struct gemm_cache *c) {
 #define ACT_L2_BYTES (768 << 10) // quantized activations of one token block stay in L2
 #define CHUNK_BYTES (96 << 10)   // weight bytes a decode chunk streams
 
-struct mm_job {
+struct mm_part { // one weight's share of a product
     const struct gemm_weight *w;
     const struct gemm_act *a;
     gemm_kernel_fn kernel;
     float *y;
-    int n, tb;        // tokens, tokens per block
+    int tb;           // tokens per block
     int64_t gc, n_gc; // groups per chunk, chunks per token block
+    int end;          // chunks of the job up to and including this part's
+};
+
+struct mm_job {
+    struct mm_part p[GEMM_MAX_PRODUCTS];
+    int n_parts, n; // tokens
 };
 
 static void mm_chunk(void *arg, int chunk, int ith) {
     (void)ith;
     const struct mm_job *j = arg;
-    const int t0 = (int)(chunk / j->n_gc) * j->tb;
-    const int64_t g0 = (chunk % j->n_gc) * j->gc;
-    const int64_t g1 = g0 + j->gc < j->w->n_groups ? g0 + j->gc : j->w->n_groups;
-    const int nt = j->n - t0 < j->tb ? j->n - t0 : j->tb;
-    j->kernel(j->w, j->a, t0, nt, g0, g1, j->y, j->w->rows);
+    int k = 0;
+    while (chunk >= j->p[k].end) k++;
+    const struct mm_part *p = &j->p[k];
+    if (k) chunk -= j->p[k - 1].end;
+    const int t0 = (int)(chunk / p->n_gc) * p->tb;
+    const int64_t g0 = (chunk % p->n_gc) * p->gc;
+    const int64_t g1 = g0 + p->gc < p->w->n_groups ? g0 + p->gc : p->w->n_groups;
+    const int nt = j->n - t0 < p->tb ? j->n - t0 : p->tb;
+    p->kernel(p->w, p->a, t0, nt, g0, g1, p->y, p->w->rows);
 }
 
 struct quant_job {
     gemm_quantize_fn q;
     const float *x;
-    struct gemm_act *a;
-    int per_chunk;
+    struct gemm_act *a[GEMM_MAX_PRODUCTS]; // one per activation layout
+    int n_acts, per_chunk, chunks_per_act;
 };
 
 static void quant_chunk(void *arg, int chunk, int ith) {
     (void)ith;
     struct quant_job *j = arg;
-    const int t0 = chunk * j->per_chunk;
-    const int t1 = t0 + j->per_chunk < j->a->n ? t0 + j->per_chunk : j->a->n;
-    j->q(j->x, j->a, t0, t1);
+    struct gemm_act *a = j->a[chunk / j->chunks_per_act];
+    const int t0 = chunk % j->chunks_per_act * j->per_chunk;
+    const int t1 = t0 + j->per_chunk < a->n ? t0 + j->per_chunk : a->n;
+    j->q(j->x, a, t0, t1);
+}
+
+void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *const *w, int n_w,
+                       const float *x, float *const *y, int n, void **scratch, size_t *scratch_cap) {
+    ST_ASSERT(n_w >= 1 && n_w <= GEMM_MAX_PRODUCTS);
+    // one set of quantized activations per weight type (types differ in the
+    // activation blocks' sums they take), each 64-byte aligned in *scratch
+    int act_of[GEMM_MAX_PRODUCTS], n_acts = 0;
+    enum gemm_type act_gt[GEMM_MAX_PRODUCTS];
+    size_t act_off[GEMM_MAX_PRODUCTS], need = 0;
+    for (int i = 0; i < n_w; i++) {
+        ST_ASSERT(w[i]->cols == w[0]->cols);
+        int k = 0;
+        while (k < n_acts && act_gt[k] != w[i]->gt) k++;
+        if (k == n_acts) {
+            act_gt[n_acts] = w[i]->gt;
+            act_off[n_acts++] = need;
+            need += (gemm_act_bytes(n, w[i]->cols, w[i]->gt) + 63) & ~(size_t)63;
+        }
+        act_of[i] = k;
+    }
+    if (need > *scratch_cap) {
+        free(*scratch);
+        *scratch = aligned_alloc(64, need);
+        ST_ASSERT(*scratch); // sized by the batch the context was planned for
+        *scratch_cap = need;
+    }
+    struct gemm_act a[GEMM_MAX_PRODUCTS];
+    for (int k = 0; k < n_acts; k++)
+        gemm_act_layout(&a[k], (uint8_t *)*scratch + act_off[k], n, w[0]->cols, act_gt[k]);
+    // 16 tokens a chunk, fewer when that leaves threads idle
+    const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
+    struct quant_job qj = {.q = gemm_quantizer(isa), .x = x, .n_acts = n_acts};
+    qj.per_chunk = n < 16 * nth ? (n + nth - 1) / nth : 16;
+    qj.chunks_per_act = (n + qj.per_chunk - 1) / qj.per_chunk;
+    for (int k = 0; k < n_acts; k++) qj.a[k] = &a[k];
+    threadpool_run_chunks(tp, quant_chunk, &qj, n_acts * qj.chunks_per_act);
+
+    struct mm_job j = {.n_parts = n_w, .n = n};
+    int64_t n_chunks = 0;
+    for (int i = 0; i < n_w; i++) {
+        struct mm_part *p = &j.p[i];
+        *p = (struct mm_part){
+            .w = w[i], .a = &a[act_of[i]], .kernel = gemm_kernel(isa, w[i]->gt, n), .y = y[i]};
+        int tb = (int)(ACT_L2_BYTES / w[i]->cols);
+        tb = tb < tile ? tile : tb / tile * tile;
+        p->tb = tb < n ? tb : n;
+        // chunks: about CHUNK_BYTES of weights per token tile, at least 4 per thread
+        const int64_t tiles = (p->tb + tile - 1) / tile;
+        int64_t gc = (int64_t)(CHUNK_BYTES / (w[i]->group_bytes * (size_t)tiles));
+        const int64_t even = (w[i]->n_groups + 4 * nth - 1) / (4 * nth);
+        if (gc > even) gc = even;
+        p->gc = gc < 1 ? 1 : gc;
+        p->n_gc = (w[i]->n_groups + p->gc - 1) / p->gc;
+        n_chunks += p->n_gc * ((n + p->tb - 1) / p->tb);
+        ST_ASSERT(n_chunks < (1 << 30));
+        p->end = (int)n_chunks;
+    }
+    threadpool_run_chunks(tp, mm_chunk, &j, (int)n_chunks);
 }
 
 void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *w, const float *x,
                  float *y, int n, void **scratch, size_t *scratch_cap) {
-    const size_t need = gemm_act_bytes(n, w->cols, w->gt);
-    if (need > *scratch_cap) {
-        free(*scratch);
-        *scratch = aligned_alloc(64, (need + 63) & ~(size_t)63);
-        ST_ASSERT(*scratch); // sized by the batch the context was planned for
-        *scratch_cap = need;
-    }
-    struct gemm_act a;
-    gemm_act_layout(&a, *scratch, n, w->cols, w->gt);
-    // 16 tokens a chunk, fewer when that leaves threads idle
-    const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
-    struct quant_job qj = {gemm_quantizer(isa), x, &a, n < 16 * nth ? (n + nth - 1) / nth : 16};
-    threadpool_run_chunks(tp, quant_chunk, &qj, (n + qj.per_chunk - 1) / qj.per_chunk);
-
-    struct mm_job j = {.w = w, .a = &a, .kernel = gemm_kernel(isa, w->gt, n), .y = y, .n = n};
-    int tb = (int)(ACT_L2_BYTES / w->cols);
-    tb = tb < tile ? tile : tb / tile * tile;
-    j.tb = tb < n ? tb : n;
-    // chunks: about CHUNK_BYTES of weights per token tile, at least 4 per thread
-    const int64_t tiles = (j.tb + tile - 1) / tile;
-    int64_t gc = (int64_t)(CHUNK_BYTES / (w->group_bytes * (size_t)tiles));
-    const int64_t even = (w->n_groups + 4 * nth - 1) / (4 * nth);
-    if (gc > even) gc = even;
-    j.gc = gc < 1 ? 1 : gc;
-    j.n_gc = (w->n_groups + j.gc - 1) / j.gc;
-    const int64_t n_chunks = j.n_gc * ((n + j.tb - 1) / j.tb);
-    ST_ASSERT(n_chunks < (1 << 30));
-    threadpool_run_chunks(tp, mm_chunk, &j, (int)n_chunks);
+    gemm_matmul_multi(tp, isa, &w, 1, x, &y, n, scratch, scratch_cap);
 }

@@ -201,6 +201,13 @@ void gemm_cache_remove(struct gemm_cache *c, const void *data);
 // by the caller), then chunks of (token block, row groups) are shared out.
 void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *w, const float *x,
                  float *y, int n, void **scratch, size_t *scratch_cap);
+// The most weights gemm_matmul_multi takes at once.
+#define GEMM_MAX_PRODUCTS 4
+// y[i] (n, w[i]->rows) = x · w[i]ᵀ for the n_w ≤ GEMM_MAX_PRODUCTS weights (all
+// of x's cols) as gemm_matmul, in two jobs for all of them: x quantized once per
+// weight type, then the chunks of every product shared out together.
+void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *const *w, int n_w,
+                       const float *x, float *const *y, int n, void **scratch, size_t *scratch_cap);
 
 // Per-ISA tables (gemm_scalar.c, gemm_avx2.c, gemm_avxvnni.c, gemm_avx512.c).
 extern const gemm_kernel_fn gemm_kernels_scalar[GEMM_N_TYPES];

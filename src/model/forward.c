@@ -203,13 +203,25 @@ static void linear(struct backend *be, const struct weight *w, const struct weig
     if (weight_present(b)) be->add_bias(be, b, y, n, (int)w->rows);
 }
 
+// y[i] (n, w[i].rows) = x·w[i]ᵀ [+ b[i]] for n_w weights that share the input x.
+static void linears(struct backend *be, const struct weight *const *w, const struct weight *const *b, int n_w,
+                    const float *x, float *const *y, int n) {
+    if (be->matmul_multi)
+        be->matmul_multi(be, w, n_w, x, y, n);
+    else
+        for (int i = 0; i < n_w; i++) be->matmul(be, w[i], x, y[i], n);
+    for (int i = 0; i < n_w; i++)
+        if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
+}
+
 // out (n, n_embd): the dense feed-forward of h (n, n_embd), through hb, hb2.
 static void ffn_dense(struct context *c, const struct weight *gate, const struct weight *up,
                       const struct weight *down, const float *h, float *out, int n) {
     struct backend *be = c->be;
     const int F = (int)gate->rows;
-    be->matmul(be, gate, h, c->hb, n);
-    be->matmul(be, up, h, c->hb2, n);
+    const struct weight *gu[2] = {gate, up};
+    float *const out_gu[2] = {c->hb, c->hb2};
+    linears(be, gu, NULL, 2, h, out_gu, n);
     be->glu(be, c->model->hp.act, c->hb, c->hb2, c->hb, n, F, F);
     be->matmul(be, down, c->hb, out, n);
 }
@@ -297,9 +309,9 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
         const struct layer_weights *L = &m->layers[l];
         // attention block
         be->rms_norm(be, &L->attn_norm, c->x, c->xb, n, E, hp->norm_eps);
-        linear(be, &L->wq, &L->bq, c->xb, c->q, n);
-        linear(be, &L->wk, &L->bk, c->xb, c->k, n);
-        linear(be, &L->wv, &L->bv, c->xb, c->v, n);
+        const struct weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *qkv_b[3] = {&L->bq, &L->bk, &L->bv};
+        float *const out_qkv[3] = {c->q, c->k, c->v};
+        linears(be, qkv, qkv_b, 3, c->xb, out_qkv, n);
         if (weight_present(&L->q_norm)) { // per head: (n·heads, head_dim)
             be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
