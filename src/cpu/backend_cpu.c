@@ -38,7 +38,7 @@ struct cpu {
     float *att_scratch; // the plain loop's scores [n_threads][n_kv], or the fast kernel's scratch
     size_t att_cap;
     struct att_run *runs; // the batch's runs for the fast kernel
-    int runs_cap;
+    size_t runs_cap;
     // RoPE angle table for the rows of the current batch
     float *rope_cos, *rope_sin; // [rope_n][n_dims/2]
     int32_t *rope_pos;          // [rope_n] the positions it holds
@@ -157,10 +157,16 @@ static void cpu_fast_release_weight(struct backend *be, const struct weight *w) 
     gemm_cache_remove(cpu_of(be)->gemm, w->data);
 }
 
+// The repacked copy of w, or NULL when w's products take the per-row path.
+static const struct gemm_weight *repacked(const struct cpu *c, const struct weight *w) {
+    const struct gemm_weight *gw = gemm_cache_find(c->gemm, w->data);
+    return gw && gw->type == w->type && gw->rows == w->rows && gw->cols == w->cols ? gw : NULL;
+}
+
 static void cpu_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
     struct cpu *c = cpu_of(be);
-    const struct gemm_weight *gw = gemm_cache_find(c->gemm, w->data);
-    if (gw && gw->type == w->type && gw->rows == w->rows && gw->cols == w->cols) {
+    const struct gemm_weight *gw = repacked(c, w);
+    if (gw) {
         gemm_matmul(c->tp, c->isa, gw, x, y, n, &c->gemm_act, &c->gemm_act_cap);
         return;
     }
@@ -175,13 +181,9 @@ static void cpu_matmul_multi(struct backend *be, const struct weight *const *w, 
                              float *const *y, int n) {
     struct cpu *c = cpu_of(be);
     const struct gemm_weight *gw[GEMM_MAX_PRODUCTS];
-    bool repacked = n_w <= GEMM_MAX_PRODUCTS;
-    for (int i = 0; repacked && i < n_w; i++) {
-        gw[i] = gemm_cache_find(c->gemm, w[i]->data);
-        repacked = gw[i] && gw[i]->type == w[i]->type && gw[i]->rows == w[i]->rows &&
-                   gw[i]->cols == w[i]->cols && w[i]->cols == w[0]->cols;
-    }
-    if (repacked) {
+    bool all = n_w <= GEMM_MAX_PRODUCTS; // every weight repacked
+    for (int i = 0; all && i < n_w; i++) all = (gw[i] = repacked(c, w[i])) && w[i]->cols == w[0]->cols;
+    if (all) {
         gemm_matmul_multi(c->tp, c->isa, gw, n_w, x, y, n, &c->gemm_act, &c->gemm_act_cap);
         return;
     }
@@ -332,11 +334,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
         threadpool_run(c->tp, att_worker, &j);
         return;
     }
-    if (r->n > c->runs_cap) {
-        free(c->runs);
-        c->runs_cap = r->n;
-        c->runs = st_xmalloc(sizeof *c->runs * (size_t)r->n);
-    }
+    grow((void **)&c->runs, &c->runs_cap, sizeof *c->runs * (size_t)r->n);
     int n_runs = 0;
     for (int t = 0, len; t < r->n; t += len) {
         len = run_length(r, t);

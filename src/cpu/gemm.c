@@ -262,7 +262,7 @@ struct mm_part { // one weight's share of a product
 
 struct mm_job {
     struct mm_part p[GEMM_MAX_PRODUCTS];
-    int n_parts, n; // tokens
+    int n; // tokens
 };
 
 static void mm_chunk(void *arg, int chunk, int ith) {
@@ -283,7 +283,7 @@ struct quant_job {
     gemm_quantize_fn q;
     const float *x;
     struct gemm_act *a[GEMM_MAX_PRODUCTS]; // one per activation layout
-    int n_acts, per_chunk, chunks_per_act;
+    int per_chunk, chunks_per_act;
 };
 
 static void quant_chunk(void *arg, int chunk, int ith) {
@@ -325,13 +325,13 @@ void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct ge
         gemm_act_layout(&a[k], (uint8_t *)*scratch + act_off[k], n, w[0]->cols, act_gt[k]);
     // 16 tokens a chunk, fewer when that leaves threads idle
     const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
-    struct quant_job qj = {.q = gemm_quantizer(isa), .x = x, .n_acts = n_acts};
+    struct quant_job qj = {.q = gemm_quantizer(isa), .x = x};
     qj.per_chunk = n < 16 * nth ? (n + nth - 1) / nth : 16;
     qj.chunks_per_act = (n + qj.per_chunk - 1) / qj.per_chunk;
     for (int k = 0; k < n_acts; k++) qj.a[k] = &a[k];
     threadpool_run_chunks(tp, quant_chunk, &qj, n_acts * qj.chunks_per_act);
 
-    struct mm_job j = {.n_parts = n_w, .n = n};
+    struct mm_job j = {.n = n};
     int64_t n_chunks = 0;
     for (int i = 0; i < n_w; i++) {
         struct mm_part *p = &j.p[i];
