@@ -585,7 +585,7 @@ def load_test(port, clients, requests, max_tokens, headers):
                 r = c.getresponse()
                 if r.status != 200:
                     raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
-                t_first, text, usage, finish, done = None, "", None, None, False
+                t_first, text, usage, finish, done, times = None, "", None, None, False, []
                 for data in sse_events(r):
                     if data == b"[DONE]":
                         done = True
@@ -596,7 +596,8 @@ def load_test(port, clients, requests, max_tokens, headers):
                     if j["choices"]:
                         ch = j["choices"][0]
                         if ch["delta"].get("content"):
-                            t_first = t_first or time.time()
+                            times.append(time.time())
+                            t_first = t_first or times[-1]
                             text += ch["delta"]["content"]
                         finish = ch["finish_reason"] or finish
                     if j.get("usage"):
@@ -608,7 +609,8 @@ def load_test(port, clients, requests, max_tokens, headers):
                 n = usage["completion_tokens"]
                 with lock:
                     records.append({"ttft": (t_first or t1) - t0, "total": t1 - t0, "tokens": n,
-                                    "tps": n / (t1 - t_first) if t_first and t1 > t_first and n > 1 else None})
+                                    "tps": n / (t1 - t_first) if t_first and t1 > t_first and n > 1 else None,
+                                    "client": ci, "start": t0, "end": t1, "times": times})
             except Exception as e:
                 with lock:
                     errors.append(f"client {ci} request {ri}: {e}")
@@ -622,15 +624,51 @@ def load_test(port, clients, requests, max_tokens, headers):
     return errors, records, time.time() - t0
 
 
+def all_active_rate(records, clients):
+    """Generated tok/s while every client was streaming: from the latest first
+    token of a client's first request to the earliest end of a client's last
+    one (the ramp-up and the tail, when fewer clients are left, excluded). A
+    request's tokens count in proportion to its content events in the window.
+    None when the clients never all streamed at once."""
+    first, last = {}, {}
+    for r in records:
+        if r["times"] and (r["client"] not in first or r["start"] < first[r["client"]]["start"]):
+            first[r["client"]] = r
+        if r["client"] not in last or r["end"] > last[r["client"]]["end"]:
+            last[r["client"]] = r
+    if len(first) < clients or len(last) < clients:
+        return None
+    lo = max(r["times"][0] for r in first.values())
+    hi = min(r["end"] for r in last.values())
+    if hi <= lo:
+        return None
+    tokens = sum(r["tokens"] * sum(lo <= t <= hi for t in r["times"]) / len(r["times"])
+                 for r in records if r["times"])
+    return tokens / (hi - lo), hi - lo
+
+
 def load_summary(records, wall, clients):
     ttft = [r["ttft"] for r in records]
     lat = [r["total"] for r in records]
     tps = [r["tps"] for r in records if r["tps"]]
     tokens = sum(r["tokens"] for r in records)
-    return (f"{len(records)} requests from {clients} clients in {wall:.1f} s: {tokens / wall:.1f} generated tok/s overall; "
+    active = all_active_rate(records, clients)
+    return (f"{len(records)} requests from {clients} clients in {wall:.1f} s: {tokens / wall:.1f} generated tok/s overall"
+            + (f", {active[0]:.1f} while all {clients} streamed ({active[1]:.1f} s)" if active else "") + "; "
             f"time to first token p50 {percentile(ttft, 50):.2f} s p99 {percentile(ttft, 99):.2f} s; "
             f"latency p50 {percentile(lat, 50):.2f} s p99 {percentile(lat, 99):.2f} s; "
             f"per-request stream tok/s p50 {percentile(tps, 50) if tps else 0:.1f}, slowest 1% {percentile(tps, 1) if tps else 0:.1f}")
+
+
+def step_summary(m0, m1):
+    """The worker's steps between two /metrics readings: tokens per step and
+    milliseconds per step in the forward pass and after it."""
+    d = {k: m1[k] - m0[k] for k in m1 if k.startswith("strata_step")}
+    n = d["strata_steps_total"] or 1
+    return (f"{d['strata_steps_total']:.0f} steps, {d['strata_step_tokens_total'] / n:.1f} tokens "
+            f"({d['strata_step_decode_tokens_total'] / n:.1f} generating) per step, "
+            f"forward {1e3 * d['strata_step_forward_seconds_total'] / n:.2f} ms + "
+            f"sampling and publishing {1e3 * d['strata_step_sample_seconds_total'] / n:.2f} ms per step")
 
 
 def t_load(srv, model_id):
@@ -643,7 +681,13 @@ def t_load(srv, model_id):
     m1 = metrics(srv.port)
     check(m1["strata_requests_total"] - m0["strata_requests_total"] == n, "request count in /metrics")
     check(m1["strata_requests_failed_total"] == m0["strata_requests_failed_total"], "failures in /metrics")
-    print("    load: " + load_summary(records, wall, 8), flush=True)
+    # each generated token but a request's first was fed back as a decode token
+    gen = m1["strata_generated_tokens_total"] - m0["strata_generated_tokens_total"]
+    dec = m1["strata_step_decode_tokens_total"] - m0["strata_step_decode_tokens_total"]
+    tok = m1["strata_step_tokens_total"] - m0["strata_step_tokens_total"]
+    check(dec <= gen <= dec + n, f"/metrics: {gen} tokens generated but {dec} decode tokens stepped")
+    check(dec < tok and m1["strata_steps_total"] > m0["strata_steps_total"], f"/metrics: {tok} step tokens")
+    print("    load: " + load_summary(records, wall, 8) + "; " + step_summary(m0, m1), flush=True)
 
 
 def t_page(srv, model_id):
@@ -872,9 +916,11 @@ def main():
             (["--template", args.template] if args.template else [])
         srv = Server(args.bin, args.model, "-t", args.threads, "-c", "2048", *extra)
         try:
+            m0 = metrics(srv.port)
             errors, records, wall = load_test(srv.port, args.clients, args.requests, args.max_tokens,
                                               {"Content-Type": "application/json"})
-            print("\n".join(errors[:5]) or load_summary(records, wall, args.clients))
+            print("\n".join(errors[:5]) or load_summary(records, wall, args.clients) + "\n" +
+                  step_summary(m0, metrics(srv.port)))
         finally:
             srv.stop()
         return 1 if errors else 0

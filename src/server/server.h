@@ -192,6 +192,11 @@ struct srv_metrics {
     double prompt_seconds, generation_seconds;
     double last_prompt_tps, last_generation_tps; // of the latest finished request
     unsigned long long http_responses[6];        // by status class: [2] = 2xx ... [5] = 5xx
+    // the worker's steps: how many, their tokens (decode tokens apart), and
+    // the seconds of the batched forward pass and of what follows it (each
+    // slot's sampling, detokenizing and publishing)
+    unsigned long long steps, step_tokens, step_decode_tokens;
+    double step_forward_seconds, step_sample_seconds;
 };
 
 struct server {
@@ -222,6 +227,8 @@ struct server {
     struct forward_span *spans;   // [n_slots] a step's batch
     struct srv_slot **span_slots; // [n_slots] whose each span is
     float *step_logits;           // (n_slots, n_vocab) a step's logits
+    float **span_logits;          // [n_slots] each span's row of them (NULL: none)
+    struct threadpool *sample_pool; // the spans' sampling threads (NULL: the worker alone)
     struct srv_metrics metrics;
     uint64_t rng;            // ids and default seeds
     pthread_mutex_t json_mu; // cJSON's parser keeps a global error position

@@ -72,6 +72,17 @@ char *srv_metrics_text(struct server *s) {
            m.last_prompt_tps);
     metric(&b, "generation_tokens_per_second", "gauge", "Generation speed of the latest finished request.",
            m.last_generation_tps);
+    metric(&b, "steps_total", "counter", "Batched forward passes the worker ran.", (double)m.steps);
+    metric(&b, "step_tokens_total", "counter", "Tokens in those passes (prompt and generated).",
+           (double)m.step_tokens);
+    metric(&b, "step_decode_tokens_total", "counter",
+           "Of those, tokens of sequences that were generating (one each per pass).",
+           (double)m.step_decode_tokens);
+    metric(&b, "step_forward_seconds_total", "counter", "Seconds in the batched forward passes.",
+           m.step_forward_seconds);
+    metric(&b, "step_sample_seconds_total", "counter",
+           "Seconds after them: sampling, detokenizing and publishing each sequence's token.",
+           m.step_sample_seconds);
     metric(&b, "requests_in_flight", "gauge", "Requests being generated now.", running);
     metric(&b, "requests_queued", "gauge", "Requests waiting for the model.", queued);
     sbuf_puts(&b, "# HELP strata_http_responses_total HTTP responses by status class.\n"

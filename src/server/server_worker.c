@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/threadpool.h"
 #include "model/forward.h"
 #include "model/generate.h"
 #include "model/model.h"
@@ -205,7 +206,7 @@ static void choice_end(struct server *s, struct srv_slot *sl) {
     sl->smp = NULL;
     enum srv_finish finish;
     if (rc) {
-        snprintf(sl->error, sizeof sl->error, "%s", st_last_error());
+        if (!sl->error[0]) snprintf(sl->error, sizeof sl->error, "%s", st_last_error());
         finish = SRV_FINISH_ERROR;
         sl->c->n_past = 0; // a failed forward leaves the cache in an unknown state
     } else if (r->timed_out) {
@@ -424,6 +425,18 @@ static bool slot_decoding(const struct srv_slot *sl) {
     return sl->j && sl->j->req.kind != SRV_EMBEDDING && sl->g_live && sl->g.decoding;
 }
 
+// Span i of the step: its slot's sequence takes the span's logits (samples,
+// detokenizes and publishes its token). Spans run on several threads at once:
+// each touches only its own slot, and the shared state under s->mu; a failure's
+// message is kept in the slot, since st_last_error is the thread's own.
+static void advance_task(void *arg, int i, int ith) {
+    (void)ith;
+    struct server *s = arg;
+    struct srv_slot *sl = s->span_slots[i];
+    gen_seq_advance(&sl->g, s->span_logits[i]);
+    if (sl->g.rc && !sl->error[0]) snprintf(sl->error, sizeof sl->error, "%s", st_last_error());
+}
+
 // One step: every embeddings slot reads a chunk; every generating slot runs a
 // token and the prompts being read a chunk each (oldest request first) in one
 // batch of at most n_batch tokens; then each one's logits are sampled.
@@ -463,16 +476,36 @@ static void step(struct server *s) {
         used += sp[n_span++].n;
     }
     if (!n_span) return;
-    if (context_forward_batch(c, sp, n_span, s->step_logits)) {
-        for (int i = 0; i < n_span; i++) gen_seq_fail(&owner[i]->g);
+    int n_decode = 0; // spans of generating sequences (their token each)
+    for (int i = 0; i < n_span; i++) n_decode += owner[i]->g.decoding;
+    const double t0 = st_time_s();
+    const int fail = context_forward_batch(c, sp, n_span, s->step_logits);
+    const double t1 = st_time_s();
+    if (fail) {
+        for (int i = 0; i < n_span; i++) {
+            gen_seq_fail(&owner[i]->g);
+            snprintf(owner[i]->error, sizeof owner[i]->error, "%s", st_last_error());
+        }
     } else {
         float *row = s->step_logits;
         for (int i = 0; i < n_span; i++) {
             const bool has = sp[i].logits != SPAN_LOGITS_NONE;
-            gen_seq_advance(&owner[i]->g, has ? row : NULL);
+            s->span_logits[i] = has ? row : NULL;
             if (has) row += V;
         }
+        if (s->sample_pool && n_span > 1)
+            threadpool_run_chunks(s->sample_pool, advance_task, s, n_span);
+        else
+            for (int i = 0; i < n_span; i++) advance_task(s, i, 0);
     }
+    const double t2 = st_time_s();
+    pthread_mutex_lock(&s->mu);
+    s->metrics.steps++;
+    s->metrics.step_tokens += (unsigned long long)used;
+    s->metrics.step_decode_tokens += (unsigned long long)n_decode;
+    s->metrics.step_forward_seconds += t1 - t0;
+    s->metrics.step_sample_seconds += t2 - t1;
+    pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n_span; i++) {
         struct srv_slot *sl = owner[i];
         if (!sl->g.done) continue;
@@ -520,6 +553,18 @@ static int worker_load(struct server *s) {
     return 0;
 }
 
+// Threads for a step's per-sequence work (sampling, detokenizing, publishing):
+// the cores the backend's compute leaves free, the worker's own among them, at
+// most one per slot. A CPU backend computes on n_threads cores (every core
+// when ≤ 0); another one on the worker's thread alone.
+static int sample_threads(const struct server *s) {
+    const int cores = threadpool_default_threads();
+    const bool host = !strcmp(s->sess.be->name, "cpu") || !strcmp(s->sess.be->name, "cpu-ref");
+    const int compute = !host ? 1 : s->cfg.so.n_threads > 0 ? s->cfg.so.n_threads : cores;
+    const int n = cores - compute + 1;
+    return n < 1 ? 1 : n > s->n_slots ? s->n_slots : n;
+}
+
 // Makes the slots, one per sequence of the session.
 static void slots_init(struct server *s) {
     const int n = s->sess.n_seq, n_batch = s->sess.ctx->n_batch;
@@ -531,6 +576,10 @@ static void slots_init(struct server *s) {
     s->span_slots = st_xcalloc((size_t)n, sizeof *s->span_slots);
     const size_t rows = (size_t)(n < n_batch ? n : n_batch);
     s->step_logits = st_xmalloc(sizeof(float) * rows * (size_t)s->sess.model->hp.n_vocab);
+    s->span_logits = st_xcalloc((size_t)n, sizeof *s->span_logits);
+    const int nt = sample_threads(s);
+    // without the pool (it could not start) the spans run one after another
+    s->sample_pool = nt > 1 ? threadpool_init(nt) : NULL;
 }
 
 void srv_slots_free(struct server *s) {
@@ -539,6 +588,8 @@ void srv_slots_free(struct server *s) {
     free(s->spans);
     free(s->span_slots);
     free(s->step_logits);
+    free(s->span_logits);
+    if (s->sample_pool) threadpool_free(s->sample_pool);
 }
 
 void *srv_worker_main(void *arg) {
