@@ -3,12 +3,28 @@
 #include "backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
 #ifdef STRATA_GPU
 #include "gpu/gpu.h"
 #endif
+
+void *backend_host_alloc(struct backend *be, size_t bytes) {
+    if (be->host_alloc) return be->host_alloc(be, bytes);
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) st_fail("out of memory for a host buffer of %zu bytes", bytes);
+    return p;
+}
+
+void backend_host_free(struct backend *be, void *p) {
+    if (!p) return;
+    if (be->host_free)
+        be->host_free(be, p);
+    else
+        free(p);
+}
 
 static const struct backend_desc registry[] = {
     {"cpu", BACKEND_CAP_HOST, "fast CPU backend: 8-bit activations, SIMD, threads (default)"},

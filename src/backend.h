@@ -63,6 +63,13 @@ struct backend {
     void (*release)(struct backend *be, void *buf);
     void (*upload)(struct backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes);
+    // Host memory that upload and download reach fastest: page-locked on a GPU,
+    // so a copy is one DMA at the bus's rate instead of a pass through the
+    // driver's staging buffer; for buffers that take a download every step
+    // (logits). NULL on backends that compute from host memory. Callers use
+    // backend_host_alloc / backend_host_free, which fall back to malloc / free.
+    void *(*host_alloc)(struct backend *be, size_t bytes);
+    void (*host_free)(struct backend *be, void *p);
     // Makes w usable by this backend's ops: a GPU copies it into its own table,
     // keyed by w->data, so the model stays untouched and may serve several
     // backends at once. Preparing the same data twice is a no-op. Returns 0 or
@@ -158,7 +165,13 @@ struct backend *backend_cpu_ref_init(void);
 // products, rows split across n_threads (≤ 0: every core this process may run on).
 struct backend *backend_cpu_init(int n_threads);
 
-// --- the registry (backend.c) -----------------------------------------------------
+// --- host buffers and the registry (backend.c) ------------------------------------
+
+// bytes of host memory for downloads from be (its host_alloc, else malloc);
+// NULL with a message when they are not there. Free with backend_host_free
+// on the same backend, before the backend itself.
+void *backend_host_alloc(struct backend *be, size_t bytes);
+void backend_host_free(struct backend *be, void *p);
 
 struct backend_opts {
     int n_threads; // CPU threads, ≤ 0: every core

@@ -170,7 +170,13 @@ int cli_bench(int argc, char **argv) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((rng >> 33) % (uint64_t)V);
     }
-    float *logits = st_xmalloc(sizeof(float) * (size_t)V * (size_t)(n_par > 1 ? n_par : 1));
+    float *logits = backend_host_alloc(be, sizeof(float) * (size_t)V * (size_t)(n_par > 1 ? n_par : 1));
+    if (!logits) {
+        fprintf(stderr, "strata: %s\n", st_last_error());
+        free(toks);
+        session_close(&ss);
+        return 1;
+    }
     double *pp = st_xcalloc((size_t)reps, sizeof *pp), *tg = st_xcalloc((size_t)reps, sizeof *tg);
     int status = measure(ss.seq, ss.n_seq, toks, n_prompt, n_gen, reps, logits, pp, tg);
     if (!status) {
@@ -197,7 +203,7 @@ int cli_bench(int argc, char **argv) {
     }
     if (status) fprintf(stderr, "strata: %s\n", st_last_error());
     free(toks);
-    free(logits);
+    backend_host_free(be, logits);
     free(pp);
     free(tg);
     session_close(&ss);

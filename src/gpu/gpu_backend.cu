@@ -277,6 +277,23 @@ static void gb_download(struct backend *be, void *dst, const void *src, size_t b
     GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, gb(be)->stream));
 }
 
+static void *gb_host_alloc(struct backend *be, size_t bytes) {
+    void *p = NULL;
+    const gpuError_t e = gpuHostAlloc(&p, bytes ? bytes : 1, gpuHostAllocDefault);
+    if (e != gpuSuccess) {
+        (void)gpuGetLastError(); // the caller's to handle, not sticky
+        st_fail("GPU %d: cannot allocate %zu bytes of page-locked host memory: %s", gb(be)->device, bytes,
+                gpuGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void gb_host_free(struct backend *be, void *p) {
+    (void)be;
+    if (p) GPU_CHECK(gpuFreeHost(p));
+}
+
 static int gb_prepare_weight(struct backend *be, const struct weight *w) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
@@ -757,6 +774,8 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->release = gb_release;
     be->upload = gb_upload;
     be->download = gb_download;
+    be->host_alloc = gb_host_alloc;
+    be->host_free = gb_host_free;
     be->prepare_weight = gb_prepare_weight;
     be->get_rows = gb_get_rows;
     be->rms_norm = gb_rms_norm;

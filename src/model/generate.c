@@ -141,10 +141,10 @@ int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt,
                     const struct gen_hooks *h, struct gen_stats *stats) {
     struct gen_seq g;
     if (gen_seq_begin(&g, c, s, prompt, n_prompt, n_predict, h)) return -1;
-    float *logits = malloc(sizeof(float) * (size_t)c->model->hp.n_vocab);
+    float *logits = backend_host_alloc(c->be, sizeof(float) * (size_t)c->model->hp.n_vocab);
     if (!logits) {
         gen_seq_end(&g, NULL);
-        return st_fail("out of memory for %d logits", c->model->hp.n_vocab);
+        return -1;
     }
     struct forward_span sp;
     while (gen_seq_span(&g, c->n_batch, &sp)) {
@@ -153,6 +153,6 @@ int generate_hooked(struct context *c, struct sampler *s, const int32_t *prompt,
         else
             gen_seq_advance(&g, sp.logits == SPAN_LOGITS_NONE ? NULL : logits);
     }
-    free(logits);
+    backend_host_free(c->be, logits);
     return gen_seq_end(&g, stats);
 }

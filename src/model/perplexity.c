@@ -341,7 +341,7 @@ int ppl_run(struct context *c, const int32_t *tokens, int n_tokens, int n_ctx, i
     const int n_scored = ppl_scored_per_chunk(n_ctx);
     struct ppl_state st = {.n_vocab = nv, .first = n_ctx / 2, .row_len = ppl_kld_row_len(nv)};
     int32_t *chunk = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    float *buf = malloc(sizeof(float) * (size_t)nb * (size_t)nv);
+    float *buf = backend_host_alloc(c->be, sizeof(float) * (size_t)nb * (size_t)nv); // pinned on a GPU
     if (kld_out) st.rows = malloc(sizeof(uint16_t) * (size_t)n_scored * (size_t)st.row_len);
     int rc = 0;
     if (!chunk || !buf || (kld_out && !st.rows)) {
@@ -379,7 +379,7 @@ int ppl_run(struct context *c, const int32_t *tokens, int n_tokens, int n_ctx, i
     r->ppl_err = var > 0 && st.count > 1 ? sqrt(var / (double)(st.count - 1)) * r->ppl : NAN;
 done:
     free(chunk);
-    free(buf);
+    backend_host_free(c->be, buf);
     free(st.rows);
     return rc;
 }
@@ -467,7 +467,7 @@ int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks, cons
     const size_t n_values = (size_t)n_chunk * (size_t)n_scored;
     uint16_t *rows = malloc(sizeof(uint16_t) * (size_t)n_scored * (size_t)st.row_len);
     int32_t *chunk = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    float *buf = malloc(sizeof(float) * (size_t)nb * (size_t)nv);
+    float *buf = backend_host_alloc(c->be, sizeof(float) * (size_t)nb * (size_t)nv); // pinned on a GPU
     r->kld = malloc(sizeof(float) * n_values);
     r->p_diff = malloc(sizeof(float) * n_values);
     int rc = 0;
@@ -506,7 +506,7 @@ int ppl_kld_run(struct context *c, struct ppl_kld_file *kf, int max_chunks, cons
 done:
     free(rows);
     free(chunk);
-    free(buf);
+    backend_host_free(c->be, buf);
     if (rc) ppl_kld_result_free(r);
     return rc;
 }

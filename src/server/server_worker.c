@@ -559,14 +559,15 @@ static int worker_load(struct server *s) {
 // when ≤ 0); another one on the worker's thread alone.
 static int sample_threads(const struct server *s) {
     const int cores = threadpool_default_threads();
-    const bool host = !strcmp(s->sess.be->name, "cpu") || !strcmp(s->sess.be->name, "cpu-ref");
+    const bool host = (s->sess.be->caps & BACKEND_CAP_HOST) != 0;
     const int compute = !host ? 1 : s->cfg.so.n_threads > 0 ? s->cfg.so.n_threads : cores;
     const int n = cores - compute + 1;
     return n < 1 ? 1 : n > s->n_slots ? s->n_slots : n;
 }
 
-// Makes the slots, one per sequence of the session.
-static void slots_init(struct server *s) {
+// Makes the slots, one per sequence of the session; returns 0, or -1 with
+// s->load_error.
+static int slots_init(struct server *s) {
     const int n = s->sess.n_seq, n_batch = s->sess.ctx->n_batch;
     s->n_slots = n;
     s->slots = st_xcalloc((size_t)n, sizeof *s->slots);
@@ -575,11 +576,17 @@ static void slots_init(struct server *s) {
     s->spans = st_xcalloc((size_t)n, sizeof *s->spans);
     s->span_slots = st_xcalloc((size_t)n, sizeof *s->span_slots);
     const size_t rows = (size_t)(n < n_batch ? n : n_batch);
-    s->step_logits = st_xmalloc(sizeof(float) * rows * (size_t)s->sess.model->hp.n_vocab);
+    // page-locked where the backend has such memory: every step downloads into it
+    s->step_logits = backend_host_alloc(s->sess.be, sizeof(float) * rows * (size_t)s->sess.model->hp.n_vocab);
+    if (!s->step_logits) {
+        snprintf(s->load_error, sizeof s->load_error, "%s", st_last_error());
+        return -1;
+    }
     s->span_logits = st_xcalloc((size_t)n, sizeof *s->span_logits);
     const int nt = sample_threads(s);
     // without the pool (it could not start) the spans run one after another
     s->sample_pool = nt > 1 ? threadpool_init(nt) : NULL;
+    return 0;
 }
 
 void srv_slots_free(struct server *s) {
@@ -587,18 +594,17 @@ void srv_slots_free(struct server *s) {
     free(s->slot_order);
     free(s->spans);
     free(s->span_slots);
-    free(s->step_logits);
+    if (s->step_logits) backend_host_free(s->sess.be, s->step_logits);
     free(s->span_logits);
     if (s->sample_pool) threadpool_free(s->sample_pool);
 }
 
 void *srv_worker_main(void *arg) {
     struct server *s = arg;
-    if (worker_load(s)) {
+    if (worker_load(s) || slots_init(s)) {
         s->state = SRV_FAILED;
         return NULL;
     }
-    slots_init(s);
     pthread_mutex_lock(&s->mu);
     if (s->state == SRV_LOADING) s->state = SRV_READY;
     for (;;) {
