@@ -223,11 +223,11 @@ struct server {
     // The worker's own (server_worker.c): a slot per sequence of the session
     struct srv_slot *slots; // [n_slots]
     int n_slots;
-    struct srv_slot **slot_order; // [n_slots] a step's order
-    struct forward_span *spans;   // [n_slots] a step's batch
-    struct srv_slot **span_slots; // [n_slots] whose each span is
-    float *step_logits;           // (n_slots, n_vocab) a step's logits
-    float **span_logits;          // [n_slots] each span's row of them (NULL: none)
+    struct srv_slot **slot_order;   // [n_slots] a step's order
+    struct forward_span *spans;     // [n_slots] a step's batch
+    struct srv_slot **span_slots;   // [n_slots] whose each span is
+    float *step_logits;             // (n_slots, n_vocab) a step's logits
+    float **span_logits;            // [n_slots] each span's row of them (NULL: none)
     struct threadpool *sample_pool; // the spans' sampling threads (NULL: the worker alone)
     struct srv_metrics metrics;
     uint64_t rng;            // ids and default seeds
