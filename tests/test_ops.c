@@ -317,25 +317,35 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         test_n_fail++;
     } else {
         float *bx = put(e->be, x, nx * sizeof(float)), *by = put(e->be, NULL, ny * sizeof(float));
-        // the split variant: every threads-per-row choice for single tokens
-        static const int tprs[] = {0, 16, 32, 64, 128, 256};
-        const int n_tpr = e->gpu && n == 1 ? (int)(sizeof tprs / sizeof *tprs) : 1;
-        for (int k = 0; k < n_tpr; k++) {
+        // the GPU's variants: every threads-per-row choice for single tokens,
+        // every rows-per-warp choice for several
+        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4};
+        const int n_var = !e->gpu  ? 1
+                          : n == 1 ? (int)(sizeof tprs / sizeof *tprs)
+                                   : (int)(sizeof rpws / sizeof *rpws);
+        for (int k = 0; k < n_var; k++) {
 #ifdef STRATA_GPU
-            if (e->gpu) gpu_backend_set_matvec_split(e->be, tprs[k]);
+            if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, tprs[k]);
+            if (e->gpu && n > 1) gpu_backend_set_matvec_rows(e->be, rpws[k]);
 #endif
             poison(e->be, by, ny);
             e->be->matmul(e->be, &wb, bx, by, n);
             char what[128];
             snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%.0d", quant_name(t), (long long)rows,
-                     (long long)cols, n, n_tpr > 1 ? " tpr=" : "", n_tpr > 1 ? tprs[k] : 0);
+                     (long long)cols, n,
+                     n_var == 1 ? ""
+                     : n == 1   ? " tpr="
+                                : " rpw=",
+                     n_var == 1 ? 0
+                     : n == 1   ? tprs[k]
+                                : rpws[k]);
             if (get(e->be, got, by, ny))
                 compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
             else
                 test_n_fail++;
         }
 #ifdef STRATA_GPU
-        if (e->gpu) gpu_backend_set_matvec_split(e->be, 0);
+        if (e->gpu) gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0);
 #endif
         e->be->release(e->be, bx);
         e->be->release(e->be, by);

@@ -74,6 +74,10 @@ uint64_t gpu_backend_graph_replays(struct backend *be);
 // 32, 64, 128 or 256, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
+// Rows each 32 threads take in the products of 2 to GPU_MMVQ_SPLIT_TOKENS
+// tokens: 1, 2 or 4, or 0 for the backend's choice per matrix (the default).
+// Returns 0, or -1 with a message for another value.
+int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
 
 // *out (a backend buffer of one int32) = argmax of x[0..n) (backend buffer):
 // the lowest index of the largest value. Enqueued like the other ops.

@@ -72,6 +72,7 @@ struct gpu_be {
     int n_sm;
     gpuStream_t stream;
     int tpr;     // threads per row of matrix × vector; 0: per matrix
+    int rpw;     // rows per 32 threads of a several-token matrix × vector; 0: per matrix
     void **bufs; // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
     // activations quantized for the integer products: qs (n, cols) then ds
@@ -436,8 +437,8 @@ static int product(struct gpu_be *g, const struct weight *w, const float *x, flo
     for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
-        const int rc =
-            gpu_mmvq(m, qt, y + (int64_t)t0 * w->rows, nt, nt == 1 ? matvec_tpr(g, m) : 32, g->stream);
+        const int rc = gpu_mmvq(m, qt, y + (int64_t)t0 * w->rows, nt, nt == 1 ? matvec_tpr(g, m) : 32,
+                                g->rpw ? g->rpw : gpu_pick_rpw(m.rows, g->n_sm), g->stream);
         if (rc) return rc;
     }
     return 0;
@@ -814,6 +815,15 @@ int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row) {
         return st_fail("threads per row %d: use 16, 32, 64, 128, 256 or 0 (automatic)", t);
     graphs_clear(gb(be));
     gb(be)->tpr = t;
+    return 0;
+}
+
+int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp) {
+    const int r = rows_per_warp;
+    if (r != 0 && r != 1 && r != 2 && r != 4)
+        return st_fail("rows per warp %d: use 1, 2, 4 or 0 (automatic)", r);
+    graphs_clear(gb(be));
+    gb(be)->rpw = r;
     return 0;
 }
 

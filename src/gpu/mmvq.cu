@@ -2,12 +2,17 @@
 // integer dot products (dp4a) of the weight chunks (quants.h) with activations
 // quantized to 8 bits in blocks of 32 (quantize.cu).
 //
-// TPR threads share a row (the split variant: 16 .. 256; more threads for long
-// rows, fewer for short ones); a 256-thread block holds 256/TPR rows. Lane l
-// takes the row's chunks l, l + TPR, ... and loads U of them before using any,
-// so that every thread keeps several 16-byte loads in flight. Several tokens
-// (n = 2..8, TPR 32) reuse each loaded chunk. Checked against the reference by
-// tests/test_ops.c over every type, ragged shapes and every TPR.
+// One token: TPR threads share a row (the split variant: 16 .. 256; more
+// threads for long rows, fewer for short ones); a 256-thread block holds
+// 256/TPR rows. Lane l takes the row's chunks l, l + TPR, ... and loads U of
+// them before using any, so that every thread keeps several 16-byte loads in
+// flight. Several tokens (n = 2..8): 32 threads share RPW rows (1, 2 or 4),
+// each loaded weight chunk serves every token and each loaded activation
+// chunk every one of the RPW rows; without that sharing the activations (8
+// tokens × 32 bytes for an 18-byte Q4_0 block) are read from cache many times
+// over, and a large matrix took 6× its single-token time. Checked against the
+// reference by tests/test_ops.c over every type, ragged shapes, every TPR and
+// every RPW.
 #include <math.h>
 
 #include "mmvq.h"
@@ -49,6 +54,44 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, fl
     gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y);
 }
 
+// Several tokens (n ≤ NT): a group of 32 threads takes rows row0 .. row0 +
+// RPW - 1 and lane l their chunks l, l + 32, ...; the RPW chunks of a step are
+// loaded together, then each token's activation chunk is read once for all
+// of them. Rows past the end read the last row and store nothing.
+template <int T, int NT, int RPW>
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+    using Q = gpu_qt<T>;
+    constexpr int TPR = 32;
+    const int lane = threadIdx.x % TPR;
+    const int64_t row0 = ((int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR) * RPW;
+    const int items = (int)(w.cols / Q::QK * Q::QI);
+    const int64_t xblocks = x.cols / 32;
+    int64_t rk[RPW];
+#pragma unroll
+    for (int k = 0; k < RPW; k++) rk[k] = row0 + k < w.rows ? row0 + k : w.rows - 1;
+    float acc[RPW][NT];
+#pragma unroll
+    for (int k = 0; k < RPW; k++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[k][t] = 0.0f;
+    for (int it = lane; it < items; it += TPR) {
+        gpu_chunk<Q::R> c[RPW];
+#pragma unroll
+        for (int k = 0; k < RPW; k++) gpu_load_item<Q>(w, rk[k], it, c[k]);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < n) {
+                float v[RPW];
+                gpu_chunk_dot_rows<Q, RPW>(c, x.qs + t * x.cols, x.ds + t * xblocks, v);
+#pragma unroll
+                for (int k = 0; k < RPW; k++) acc[k][t] += v[k];
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < RPW; k++)
+        gpu_rows_sum_store<TPR, NT>(acc[k], lane, row0 + k < w.rows, n, row0 + k, w.rows, y);
+}
+
 template <int T, int TPR, int NT>
 static void mmvq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
     const int64_t grid = gpu_cdiv(w.rows, GPU_BLOCK / TPR);
@@ -56,8 +99,32 @@ static void mmvq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuS
     GPU_CHECK_LAUNCH();
 }
 
+template <int T, int NT, int RPW>
+static void mmvq_rows_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+    const int64_t grid = gpu_cdiv(w.rows, GPU_BLOCK / 32 * RPW);
+    mmvq_rows_kernel<T, NT, RPW><<<(unsigned)grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    GPU_CHECK_LAUNCH();
+}
+
+template <int T, int NT>
+static int mmvq_rows(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int rpw, gpuStream_t s) {
+    switch (rpw) {
+    case 1:
+        mmvq_rows_launch<T, NT, 1>(w, x, y, n, s);
+        return 0;
+    case 2:
+        mmvq_rows_launch<T, NT, 2>(w, x, y, n, s);
+        return 0;
+    case 4:
+        mmvq_rows_launch<T, NT, 4>(w, x, y, n, s);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
 template <int T>
-static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s) {
+static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s) {
     if (n == 1) {
         switch (tpr) {
         case 16:
@@ -79,15 +146,10 @@ static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr
             return -1;
         }
     }
-    if (n == 2)
-        mmvq_launch<T, 32, 2>(w, x, y, n, s);
-    else if (n <= 4)
-        mmvq_launch<T, 32, 4>(w, x, y, n, s);
-    else if (n <= GPU_MMVQ_MAX_TOKENS)
-        mmvq_launch<T, 32, 8>(w, x, y, n, s);
-    else
-        return -1;
-    return 0;
+    if (n == 2) return mmvq_rows<T, 2>(w, x, y, n, rpw, s);
+    if (n <= 4) return mmvq_rows<T, 4>(w, x, y, n, rpw, s);
+    if (n <= GPU_MMVQ_MAX_TOKENS) return mmvq_rows<T, 8>(w, x, y, n, rpw, s);
+    return -1;
 }
 
 // The expert products of matmul_id: one matrix × vector per (token, slot)
@@ -155,10 +217,17 @@ int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm) {
     return tpr;
 }
 
-int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s) {
+int gpu_pick_rpw(int64_t rows, int n_sm) {
+    // as many rows a group as leave at least 3/4 of a block per multiprocessor
+    int rpw = 4;
+    while (rpw > 1 && gpu_cdiv(rows, GPU_BLOCK / 32 * rpw) * 4 < (int64_t)n_sm * 3) rpw /= 2;
+    return rpw;
+}
+
+int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s) {
     if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || x.cols != w.cols) return -1;
     switch (w.type) {
-#define F(T) return mmvq_type<T>(w, x, y, n, tpr, s)
+#define F(T) return mmvq_type<T>(w, x, y, n, tpr, rpw, s)
         GPU_QTYPE_CASES(F)
 #undef F
     default:

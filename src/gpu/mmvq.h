@@ -11,10 +11,11 @@
 // reads the weights again, and is still the faster at this size.
 #define GPU_MMVQ_SPLIT_TOKENS 32
 
-// y (n, w.rows) = x (n, w.cols) · wᵀ with tpr threads per row (16, 32, 64,
-// 128 or 256 when n = 1; n > 1 always uses 32). Returns 0 once enqueued on s,
-// -1 for a type, n or tpr it does not take (nothing enqueued).
-int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, gpuStream_t s);
+// y (n, w.rows) = x (n, w.cols) · wᵀ: when n = 1 with tpr threads per row (16,
+// 32, 64, 128 or 256); when n > 1 with 32 threads for every rpw rows (1, 2 or
+// 4). Returns 0 once enqueued on s, -1 for a type, n, tpr or rpw it does not
+// take (nothing enqueued).
+int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s);
 
 // The expert products of backend.h's matmul_id: w is n_exp matrices stacked
 // (w.rows = n_exp · rows); y (n, k, rows), pair (t, s) the product of expert
@@ -30,5 +31,9 @@ int gpu_mmvq_items_per_row(int type, int64_t cols);
 // rows rows of `items` units of work each (chunks; 8-element groups for float
 // weights) on a device with n_sm multiprocessors.
 int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm);
+// The rows per 32 threads (1, 2 or 4) the backend uses by default for several
+// tokens: the most that still give the device's n_sm multiprocessors about a
+// block each.
+int gpu_pick_rpw(int64_t rows, int n_sm);
 
 #endif

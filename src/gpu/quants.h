@@ -374,48 +374,59 @@ static __device__ __forceinline__ void gpu_load_item(const gpu_mat &w, int64_t r
     Q::load(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
 }
 
-// Dot product of a loaded chunk with one row of quantized activations.
-template <class Q>
-static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, const int8_t *aq,
-                                                      const float2 *ads) {
-    float v = 0.0f;
+// acc + the dot product of 16 int8 weights (four to an int) with 16 int8 activations.
+static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int acc) {
+    acc = st_dp4a(q[0], a.x, acc);
+    acc = st_dp4a(q[1], a.y, acc);
+    acc = st_dp4a(q[2], a.z, acc);
+    return st_dp4a(q[3], a.w, acc);
+}
+
+// Dot products of RPW loaded chunks, one per weight row and all at the same
+// place in their rows (the same e[]), with one row of quantized activations:
+// each activation chunk is loaded once for all of them. v[k] for chunk k.
+template <class Q, int RPW>
+static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> (&c)[RPW], const int8_t *aq,
+                                                          const float2 *ads, float (&v)[RPW]) {
+#pragma unroll
+    for (int k = 0; k < RPW; k++) v[k] = 0.0f;
     if (Q::PAIRED) {
 #pragma unroll
         for (int p = 0; p < Q::R; p += 2) {
-            const int4 a0 = gpu_ld16(aq + c.e[p]), a1 = gpu_ld16(aq + c.e[p] + 16);
-            int dot = st_dp4a(c.q[p][0], a0.x, 0);
-            dot = st_dp4a(c.q[p][1], a0.y, dot);
-            dot = st_dp4a(c.q[p][2], a0.z, dot);
-            dot = st_dp4a(c.q[p][3], a0.w, dot);
-            dot = st_dp4a(c.q[p + 1][0], a1.x, dot);
-            dot = st_dp4a(c.q[p + 1][1], a1.y, dot);
-            dot = st_dp4a(c.q[p + 1][2], a1.z, dot);
-            dot = st_dp4a(c.q[p + 1][3], a1.w, dot);
-            const float2 ds = ads[c.e[p] / 32];
-            v += c.d[p] * ds.x * (float)dot;
-            if (Q::MIN) v += c.m[p] * ds.y;
+            const int4 a0 = gpu_ld16(aq + c[0].e[p]), a1 = gpu_ld16(aq + c[0].e[p] + 16);
+            const float2 ds = ads[c[0].e[p] / 32];
+#pragma unroll
+            for (int k = 0; k < RPW; k++) {
+                const int dot = gpu_dot16(c[k].q[p + 1], a1, gpu_dot16(c[k].q[p], a0, 0));
+                v[k] += c[k].d[p] * ds.x * (float)dot;
+                if (Q::MIN) v[k] += c[k].m[p] * ds.y;
+            }
         }
     } else {
 #pragma unroll
         for (int r = 0; r < Q::R; r++) {
-            const int4 a = gpu_ld16(aq + c.e[r]);
-            int dot = st_dp4a(c.q[r][0], a.x, 0);
-            dot = st_dp4a(c.q[r][1], a.y, dot);
-            dot = st_dp4a(c.q[r][2], a.z, dot);
-            dot = st_dp4a(c.q[r][3], a.w, dot);
-            const float da = ads[c.e[r] / 32].x;
-            float t = c.d[r] * (float)dot;
-            if (Q::MIN) {
-                int sum = st_dp4a(0x01010101, a.x, 0);
-                sum = st_dp4a(0x01010101, a.y, sum);
-                sum = st_dp4a(0x01010101, a.z, sum);
-                sum = st_dp4a(0x01010101, a.w, sum);
-                t += c.m[r] * (float)sum;
+            const int4 a = gpu_ld16(aq + c[0].e[r]);
+            const float da = ads[c[0].e[r] / 32].x;
+            const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+            const int sum = Q::MIN ? gpu_dot16(ones, a, 0) : 0;
+#pragma unroll
+            for (int k = 0; k < RPW; k++) {
+                float t = c[k].d[r] * (float)gpu_dot16(c[k].q[r], a, 0);
+                if (Q::MIN) t += c[k].m[r] * (float)sum;
+                v[k] += da * t;
             }
-            v += da * t;
         }
     }
-    return v;
+}
+
+// Dot product of a loaded chunk with one row of quantized activations.
+template <class Q>
+static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, const int8_t *aq,
+                                                      const float2 *ads) {
+    const gpu_chunk<Q::R> one[1] = {c};
+    float v[1];
+    gpu_chunk_dot_rows<Q, 1>(one, aq, ads, v);
+    return v[0];
 }
 
 // Instantiates F<type> for the quantized weight types the GPU computes with,
