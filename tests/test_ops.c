@@ -37,9 +37,7 @@
 #include "format/quant.h"
 #include "text/sampler.h"
 #include "util.h"
-#ifdef STRATA_GPU
-#include "gpu/gpu.h"
-#endif
+#include "gpu/gpu.h" // declarations only; called under STRATA_GPU
 
 // --- random numbers --------------------------------------------------------------------
 
@@ -318,34 +316,40 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
     } else {
         float *bx = put(e->be, x, nx * sizeof(float)), *by = put(e->be, NULL, ny * sizeof(float));
         // the GPU's variants: every threads-per-row choice for single tokens,
-        // every rows-per-warp choice for several
-        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4};
+        // every rows-per-warp choice for several, and for prompt batches both
+        // forms of the tile product (tensor cores, or their twin, and dp4a)
+        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4}, mmas[] = {-1, 1, 0};
+        const bool tile = n > GPU_MATVEC_MAX_BATCH && !is_float_type(t);
+        const int *var = n == 1 ? tprs : tile ? mmas : rpws;
+        const char *var_name = n == 1 ? " tpr=" : tile ? " mma=" : " rpw=";
         const int n_var = !e->gpu  ? 1
                           : n == 1 ? (int)(sizeof tprs / sizeof *tprs)
+                          : tile   ? (int)(sizeof mmas / sizeof *mmas)
                                    : (int)(sizeof rpws / sizeof *rpws);
         for (int k = 0; k < n_var; k++) {
 #ifdef STRATA_GPU
-            if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, tprs[k]);
-            if (e->gpu && n > 1) gpu_backend_set_matvec_rows(e->be, rpws[k]);
+            if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k]);
+            if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
+            if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
 #endif
             poison(e->be, by, ny);
             e->be->matmul(e->be, &wb, bx, by, n);
             char what[128];
-            snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%.0d", quant_name(t), (long long)rows,
-                     (long long)cols, n,
-                     n_var == 1 ? ""
-                     : n == 1   ? " tpr="
-                                : " rpw=",
-                     n_var == 1 ? 0
-                     : n == 1   ? tprs[k]
-                                : rpws[k]);
+            if (n_var == 1)
+                snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", quant_name(t), (long long)rows,
+                         (long long)cols, n);
+            else
+                snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%d", quant_name(t), (long long)rows,
+                         (long long)cols, n, var_name, var[k]);
             if (get(e->be, got, by, ny))
                 compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
             else
                 test_n_fail++;
         }
 #ifdef STRATA_GPU
-        if (e->gpu) gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0);
+        if (e->gpu)
+            gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
+                gpu_backend_set_tensor_cores(e->be, -1);
 #endif
         e->be->release(e->be, bx);
         e->be->release(e->be, by);
@@ -362,12 +366,13 @@ static void test_matmul(const struct be_entry *e) {
     // rows ragged against warps and blocks; n covers one token, the small
     // batches of the matrix × vector kernels (one launch up to 8, several up
     // to 32 on a GPU) and the tiled batch product
-    static const int64_t shapes32[][3] = {
-        {1, 32, 1},   {7, 96, 1},   {33, 576, 1},  {300, 1024, 1}, {77, 224, 2},   {77, 224, 3}, {40, 288, 5},
-        {40, 288, 8}, {70, 320, 9}, {70, 320, 17}, {45, 256, 33},  {130, 160, 67}, {65, 4160, 1}};
-    static const int64_t shapes256[][3] = {{1, 256, 1},   {7, 512, 1},    {33, 768, 1}, {300, 1024, 1},
-                                           {77, 256, 3},  {40, 512, 8},   {70, 512, 9}, {70, 512, 17},
-                                           {45, 512, 33}, {130, 256, 67}, {65, 4352, 1}};
+    static const int64_t shapes32[][3] = {{1, 32, 1},    {7, 96, 1},      {33, 576, 1},  {300, 1024, 1},
+                                          {77, 224, 2},  {77, 224, 3},    {40, 288, 5},  {40, 288, 8},
+                                          {70, 320, 9},  {70, 320, 17},   {45, 256, 33}, {130, 160, 67},
+                                          {65, 4160, 1}, {200, 1056, 130}};
+    static const int64_t shapes256[][3] = {{1, 256, 1},   {7, 512, 1},    {33, 768, 1},  {300, 1024, 1},
+                                           {77, 256, 3},  {40, 512, 8},   {70, 512, 9},  {70, 512, 17},
+                                           {45, 512, 33}, {130, 256, 67}, {65, 4352, 1}, {200, 1280, 100}};
     static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1}, {33, 576, 1}, {300, 1024, 1},
                                          {77, 101, 3}, {40, 96, 8}, {70, 100, 9}, {130, 96, 67}};
     const int before = test_n_fail;

@@ -30,7 +30,8 @@ struct gpu_device_info {
     int n_sm;      // multiprocessors / compute units
     size_t l2_bytes;
     uint64_t total_bytes, free_bytes;
-    bool has_code; // this binary holds kernels the device runs, of its warp size
+    bool has_code;   // this binary holds kernels the device runs, of its warp size
+    bool has_mma_s8; // and they multiply int8 tiles on tensor cores (ST_HAS_MMA_S8)
     enum gpu_policy policy;
     char note[320]; // why the policy is what it is, and what to do
 };
@@ -78,6 +79,18 @@ int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
 // tokens: 1, 2 or 4, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
+
+// Products of more tokens than this run as tiles (mmq.cu); up to it, as matrix
+// × vector launches (mmvq.cu; GPU_MMVQ_SPLIT_TOKENS there).
+#define GPU_MATVEC_MAX_BATCH 32
+
+// The form of the quantized products of more than GPU_MATVEC_MAX_BATCH tokens
+// (prompt batches): 1 the tensor-core tiles (on a device without them, their
+// exact but slow twin: for tests), 0 the dp4a tiles, -1 the backend's choice
+// (the default: tensor cores where the device has them, unless
+// STRATA_GPU_TENSOR_CORES=0 in the environment). Returns 0, or -1 with a
+// message for another value.
+int gpu_backend_set_tensor_cores(struct backend *be, int mode);
 
 // *out (a backend buffer of one int32) = argmax of x[0..n) (backend buffer):
 // the lowest index of the largest value. Enqueued like the other ops.

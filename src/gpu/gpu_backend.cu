@@ -71,9 +71,11 @@ struct gpu_be {
     int device;
     int n_sm;
     gpuStream_t stream;
-    int tpr;     // threads per row of matrix × vector; 0: per matrix
-    int rpw;     // rows per 32 threads of a several-token matrix × vector; 0: per matrix
-    void **bufs; // every alloc and prepared weight, freed by free()
+    int tpr;      // threads per row of matrix × vector; 0: per matrix
+    int rpw;      // rows per 32 threads of a several-token matrix × vector; 0: per matrix
+    bool has_mma; // the device multiplies int8 tiles on tensor cores
+    bool mma;     // prompt batches' products take the tensor-core form
+    void **bufs;  // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
     // activations quantized for the integer products: qs (n, cols) then ds
     int8_t *q8;
@@ -433,7 +435,8 @@ static int product(struct gpu_be *g, const struct weight *w, const float *x, flo
     if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
     gpu_q8 q;
     if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
-    if (n > GPU_MMVQ_SPLIT_TOKENS) return gpu_mmq(m, q, y, n, g->stream);
+    static_assert(GPU_MMVQ_SPLIT_TOKENS == GPU_MATVEC_MAX_BATCH, "one split between mmvq and mmq");
+    if (n > GPU_MMVQ_SPLIT_TOKENS) return gpu_mmq(m, q, y, n, g->mma, g->stream);
     for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
@@ -740,6 +743,13 @@ static void gb_free(struct backend *be) {
 
 // --- public entry points -----------------------------------------------------------------
 
+// Tensor cores for prompt batches where the device has them, unless
+// STRATA_GPU_TENSOR_CORES=0.
+static bool mma_default(const struct gpu_be *g) {
+    const char *tc = getenv("STRATA_GPU_TENSOR_CORES");
+    return g->has_mma && !(tc && !strcmp(tc, "0"));
+}
+
 struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     if (warn && warn_cap) warn[0] = 0;
     struct gpu_device_info info;
@@ -757,6 +767,8 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     }
     g->device = device;
     g->n_sm = info.n_sm;
+    g->has_mma = info.has_mma_s8;
+    g->mma = mma_default(g);
     if (GPU_CHECK(gpuSetDevice(device)) ||
         GPU_CHECK(gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking))) {
         free(g);
@@ -824,6 +836,14 @@ int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp) {
         return st_fail("rows per warp %d: use 1, 2, 4 or 0 (automatic)", r);
     graphs_clear(gb(be));
     gb(be)->rpw = r;
+    return 0;
+}
+
+int gpu_backend_set_tensor_cores(struct backend *be, int mode) {
+    struct gpu_be *g = gb(be);
+    if (mode < -1 || mode > 1) return st_fail("tensor-core mode %d: use 1, 0 or -1 (automatic)", mode);
+    graphs_clear(g);
+    g->mma = mode == -1 ? mma_default(g) : mode == 1;
     return 0;
 }
 

@@ -1,14 +1,19 @@
-// mmq.cu: quantized matrix × matrix for prompt batches, on dp4a (integer dot
-// products of four int8 pairs), not tensor cores: the same code runs on every
-// target of the compat layer, the portable form included.
+// mmq.cu: quantized matrix × matrix for prompt batches, as integer products of
+// int8 weights and activations: on tensor cores (mma.sync, NVIDIA sm_80+) or
+// on dp4a (four int8 pairs per instruction), which runs on every target of the
+// compat layer, the portable form included.
 //
 // A 256-thread block computes a 64-row × 64-token tile of y, stepping through
 // the columns 128 at a time: it unpacks the weight chunks of the step into
 // shared memory as int8 with one (d, m) per group of G elements (G = 32 for
-// types whose scales cover whole 32-blocks, 16 otherwise), copies the
-// activations' int8 values and per-group (d, d·Σq), then each thread forms 4 ×
-// 4 outputs from integer group dots scaled in float. Checked against the
-// reference by tests/test_ops.c (ragged rows, tokens and columns).
+// types whose scales cover whole 32-blocks, 16 otherwise) and copies the
+// activations' int8 values and per-group (d, d·Σq). Then, per group, the dp4a
+// form has each thread form 4 × 4 outputs from integer dots; the tensor-core
+// form has each warp take 32 rows × 16 tokens as 2 × 2 tiles of 16 × 8
+// (st_mma_s8_k32 for G = 32, _k16 for G = 16). Both scale the group's integer
+// sums in float. Checked against the reference by tests/test_ops.c (ragged
+// rows, tokens and columns; both forms on every build, the tensor-core one
+// through the compat layer's shuffle twin where the target has no mma).
 #include "mmq.h"
 #include "quants.h"
 
@@ -17,7 +22,7 @@
 #define MMQ_BK 128
 #define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
 
-template <int T>
+template <int T, bool MMA>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
     using Q = gpu_qt<T>;
@@ -35,7 +40,12 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     const int tok0 = blockIdx.y * MMQ_BN;
     const int items = (int)(w.cols / EPI);
     const int64_t xblocks = x.cols / 32;
-    float acc[4][4];
+    // tensor cores: warp wp takes rows wr .. wr+31 and tokens wt .. wt+15; lane
+    // (lg, lt) of its fragments holds rows lg, lg + 8 and tokens 2lt, 2lt + 1
+    // of each 16 × 8 tile
+    const int wp = tid / 32, lg = tid % 32 / 4, lt = tid % 4;
+    const int wr = (wp % 2) * 32, wt = (wp / 2) * 16;
+    float acc[4][4]; // dp4a: row ty + 16i, token tx + 16j; mma: tile (i/2, i%2), fragment element j
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -92,7 +102,47 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
         }
         __syncthreads();
 #pragma unroll
-        for (int g = 0; g < NG; g++) {
+        for (int g = 0; g < NG && MMA; g++) {
+            int dot[4][4] = {}; // tile (mt, nt) at 2·mt + nt
+            const int c4 = g * G / 4;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wr + 16 * mt + lg;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int t = wt + 8 * nt + lg;
+                    if (G == 32) {
+                        const int a[4] = {wq[r][c4 + lt], wq[r + 8][c4 + lt], wq[r][c4 + 4 + lt],
+                                          wq[r + 8][c4 + 4 + lt]};
+                        const int b[2] = {xq[t][c4 + lt], xq[t][c4 + 4 + lt]};
+                        st_mma_s8_k32(dot[2 * mt + nt], a, b);
+                    } else {
+                        const int a[2] = {wq[r][c4 + lt], wq[r + 8][c4 + lt]};
+                        const int b[1] = {xq[t][c4 + lt]};
+                        st_mma_s8_k16(dot[2 * mt + nt], a, b);
+                    }
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) { // fragment rows lg, lg + 8
+                    const int r = wr + 16 * mt + 8 * h + lg;
+                    const float d = wd[r][g], m = wm[r][g];
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int t = wt + 8 * nt + 2 * lt + e;
+                            float &o = acc[2 * mt + nt][2 * h + e];
+                            o += d * xd[t][g] * (float)dot[2 * mt + nt][2 * h + e];
+                            if (Q::MIN) o += m * xs[t][g];
+                        }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < NG && !MMA; g++) {
             int dot[4][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -130,26 +180,30 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int64_t row = row0 + ty + 16 * i;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int t = tok0 + tx + 16 * j;
+            const int64_t row = row0 + (MMA ? wr + 16 * (i / 2) + 8 * (j / 2) + lg : ty + 16 * i);
+            const int t = tok0 + (MMA ? wt + 8 * (i % 2) + 2 * lt + j % 2 : tx + 16 * j);
             if (row < w.rows && t < n) y[t * w.rows + row] = acc[i][j];
         }
     }
 }
 
-template <int T> static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+template <int T>
+static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, gpuStream_t s) {
     const dim3 grid((unsigned)gpu_cdiv(w.rows, MMQ_BM), (unsigned)gpu_cdiv(n, MMQ_BN));
-    mmq_kernel<T><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    if (mma)
+        mmq_kernel<T, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+    else
+        mmq_kernel<T, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
     GPU_CHECK_LAUNCH();
 }
 
-int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
+int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, gpuStream_t s) {
     if (n < 1 || x.cols != w.cols) return -1;
     switch (w.type) {
 #define F(T)                                                                                                 \
-    mmq_launch<T>(w, x, y, n, s);                                                                            \
+    mmq_launch<T>(w, x, y, n, mma, s);                                                                       \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F

@@ -13,7 +13,9 @@
 //     STRATA_PORTABLE_INTRINSICS is defined);
 //   - st_shfl_xor / st_shfl_down / st_shfl, st_warp_sum_f32 / st_warp_max_f32 /
 //     st_warp_sum_i32 (full mask, explicit width);
-//   - st_spin_pause and the bounded spin ST_SPIN_UNTIL.
+//   - st_spin_pause and the bounded spin ST_SPIN_UNTIL;
+//   - st_mma_s8_k32 / st_mma_s8_k16, a warp's int8 16 x 8 tile product
+//     (tensor cores where ST_HAS_MMA_S8, a shuffle twin elsewhere).
 // Nothing else in src/gpu may name a vendor: tools/check-compat enforces it.
 // docs/BACKENDS.md lists the targets and what each one does.
 #ifndef STRATA_GPU_COMPAT_H

@@ -14,6 +14,8 @@
 //   st_vsubss4     __vsubss4            portable                        portable
 //   st_spin_pause  __nanosleep (sm_70+) s_sleep 1                       system-scope fence
 //   shuffles       __shfl_*_sync, full  __shfl_* (non-sync)             __shfl_* (non-sync)
+//   st_mma_s8_k32  mma.sync m16n8k32    shuffles + st_dp4a              shuffles + st_dp4a
+//   st_mma_s8_k16  mma.sync m16n8k16    (sm_80+ only on CUDA; below, and in the portable build, the twin)
 #ifndef STRATA_GPU_COMPAT_INTRINSICS_H
 #define STRATA_GPU_COMPAT_INTRINSICS_H
 
@@ -199,6 +201,75 @@ static __device__ __forceinline__ float st_warp_max_f32(float v, int width) {
 static __device__ __forceinline__ int st_warp_sum_i32(int v, int width) {
     for (int m = width >> 1; m > 0; m >>= 1) v = (int)((unsigned)v + (unsigned)st_shfl_xor(v, m, width));
     return v;
+}
+
+// --- int8 matrix tiles (tensor cores) ------------------------------------------------
+// One warp's 16 x 8 integer tile C += A · B of int8 A (16 x K, row-major) and B
+// (K x 8, column-major), K = 32 or 16, in the fragment layout of PTX's
+// mma.sync m16n8k32 / m16n8k16 .s8: with g = lane / 4 and t = lane % 4 of the
+// first 32 lanes, a[0] holds A row g, k 4t .. 4t+3 (four bytes, element order),
+// a[1] row g + 8 at the same k; for K = 32, a[2] and a[3] the same rows at
+// k 16 + 4t ..; b[0] holds B column g, k 4t .. 4t+3, and for K = 32 b[1] column
+// g at k 16 + 4t ..; c[0], c[1] are C row g, columns 2t and 2t + 1, c[2], c[3]
+// row g + 8 at the same columns. Sums wrap modulo 2^32. Every lane of the warp
+// must call it (on a 64-lane wave each half is its own tile).
+//
+// ST_HAS_MMA_S8 is 1 in the device code of targets with the instruction
+// (NVIDIA sm_80+); everywhere else, and in the portable build, the same
+// function is a twin from shuffles and st_dp4a (each lane gathers its rows
+// and columns), exact but no faster than dp4a tiles: the host asks the probe
+// (gpu_device_info.has_mma_s8) and takes the tensor-core kernels only where
+// they are real.
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define ST_HAS_MMA_S8 1
+#else
+#define ST_HAS_MMA_S8 0
+#endif
+
+static __device__ __forceinline__ void st_mma_s8_k32(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
+#if defined(__CUDA_ARCH__) && ST_HAS_MMA_S8
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 4; j++) { // k 4j .. 4j+3 and 16 + 4j ..
+        const int sa = 4 * g + j;
+        const int a0 = st_shfl(a[0], sa, 32), a1 = st_shfl(a[1], sa, 32);
+        const int a2 = st_shfl(a[2], sa, 32), a3 = st_shfl(a[3], sa, 32);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int sb = 4 * (2 * t + e) + j;
+            const int b0 = st_shfl(b[0], sb, 32), b1 = st_shfl(b[1], sb, 32);
+            c[e] = st_dp4a(a2, b1, st_dp4a(a0, b0, c[e]));
+            c[2 + e] = st_dp4a(a3, b1, st_dp4a(a1, b0, c[2 + e]));
+        }
+    }
+#endif
+}
+
+static __device__ __forceinline__ void st_mma_s8_k16(int (&c)[4], const int (&a)[2], const int (&b)[1]) {
+#if defined(__CUDA_ARCH__) && ST_HAS_MMA_S8
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+#else
+    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int sa = 4 * g + j;
+        const int a0 = st_shfl(a[0], sa, 32), a1 = st_shfl(a[1], sa, 32);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b0 = st_shfl(b[0], 4 * (2 * t + e) + j, 32);
+            c[e] = st_dp4a(a0, b0, c[e]);
+            c[2 + e] = st_dp4a(a1, b0, c[2 + e]);
+        }
+    }
+#endif
 }
 
 #endif
