@@ -222,7 +222,7 @@ for t in $targets; do mkdir -p "$LOGDIR/$t"; rm -f "$LOGDIR/$t"/*.ok "$LOGDIR/$t
 for s in $sources; do for t in $targets; do echo "$t $s"; done; done |
     xargs -P "$JOBS" -n 2 sh "$0" --job
 
-nsrc=$(echo "$sources" | wc -l)
+nsrc=$(echo $sources | wc -w) # one a line from ls, or a space-separated SOURCES
 failing=""
 for t in $targets; do
     nok=$(find "$LOGDIR/$t" -name '*.ok' | wc -l)

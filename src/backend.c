@@ -1,5 +1,6 @@
 // backend.c: the backend registry: every backend by name, what it is, and how
 // to open it. Choosing a backend goes through here, never through its name.
+// Also the helpers every backend shares (batch runs, host buffers).
 #include "backend.h"
 
 #include <stdio.h>
@@ -10,6 +11,12 @@
 #ifdef STRATA_GPU
 #include "gpu/gpu.h"
 #endif
+
+int batch_run_length(const struct batch_rows *r, int t) {
+    int e = t + 1;
+    while (e < r->n && r->host_base[e] == r->host_base[t] && r->host_pos[e] == r->host_pos[e - 1] + 1) e++;
+    return e - t;
+}
 
 void *backend_host_alloc(struct backend *be, size_t bytes) {
     if (be->host_alloc) return be->host_alloc(be, bytes);

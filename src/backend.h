@@ -43,6 +43,11 @@ struct batch_rows {
     int n_kv;
 };
 
+// The rows of r from row t on that continue one sequence (the same cache,
+// positions one after another), read from host_pos and host_base: how many
+// (at least 1 for t < r->n). A prompt chunk is one run, a decode token its own.
+int batch_run_length(const struct batch_rows *r, int t);
+
 struct backend {
     const char *name; // the registry name: "cpu", "cpu-ref", "cuda", "hip", "spirv"
     unsigned caps;    // enum backend_cap bits

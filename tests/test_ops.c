@@ -664,7 +664,8 @@ static void test_rope(const struct be_entry *e) {
 // different positions), each in its own region of the caches.
 static void test_kv_store_attention(const struct be_entry *e) {
     const int before = test_n_fail;
-    static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256}, {6, 2, 32}};
+    static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256},
+                                 {6, 2, 32}, {17, 1, 36}, {4, 2, 30}};
     static const int pos0s[] = {0, 7, 300, 1100};
     // attention options: plain; a soft-cap that bites (scores reach several
     // times the cap) with an unusual scale; sliding windows shorter and longer
@@ -675,8 +676,9 @@ static void test_kv_store_attention(const struct be_entry *e) {
     } opts[] = {{1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
     for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
         for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
-            for (int n = 1; n <= 5; n += 4)
+            for (int ni = 0; ni < 3; ni++) // a decode token, short spans, prompt chunks (GPU tiles)
                 for (int multi = 0; multi < 2; multi++) {
+                    const int n = (int[]){1, 5, 40}[ni];
                     const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
                     const int kv_dim = n_head_kv * hd, n_span = multi ? 3 : 1;
                     const int seq[3] = {multi ? 2 : 0, 0, 1};

@@ -312,14 +312,6 @@ static void att_worker(void *arg, int ith, int nth) {
     }
 }
 
-// The rows of r from t on that continue one sequence (the same cache, positions
-// one after another): how many.
-static int run_length(const struct batch_rows *r, int t) {
-    int e = t + 1;
-    while (e < r->n && r->host_base[e] == r->host_base[t] && r->host_pos[e] == r->host_pos[e - 1] + 1) e++;
-    return e - t;
-}
-
 // With AVX-512, attention_avx512 takes the batch as runs of rows of one
 // sequence at consecutive positions (a prompt chunk, a decode token), all in
 // one call.
@@ -337,7 +329,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
     grow((void **)&c->runs, &c->runs_cap, sizeof *c->runs * (size_t)r->n);
     int n_runs = 0;
     for (int t = 0, len; t < r->n; t += len) {
-        len = run_length(r, t);
+        len = batch_run_length(r, t);
         c->runs[n_runs++] = (struct att_run){t, len, r->host_pos[t], r->host_base[t]};
     }
     grow((void **)&c->att_scratch, &c->att_cap,

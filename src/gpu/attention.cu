@@ -10,6 +10,14 @@
 // into n_split key ranges whose partial results (unnormalised output, max,
 // sum) a second kernel merges, so that decode (one token, few heads) still
 // fills the device. Each lane holds MAXD/warp values of q and of the output.
+//
+// A prompt chunk (a run of rows of one sequence at consecutive positions)
+// goes to the tile kernel instead, in which every key and value row read
+// serves many queries: a block takes a kv head and qr consecutive rows, the
+// (row, head) pairs of its group shared out four to a warp; tiles of KT keys
+// and values are staged in shared memory, each lane scores one key against
+// its warp's four queries, and the online softmax's weights go through shared
+// memory to the lanes that accumulate the output, one value column a lane.
 // Checked against the reference (double, two-pass softmax) by tests/test_ops.c.
 #include <math.h>
 
@@ -98,6 +106,121 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+// (row, head) pairs a warp of the tile kernel takes at once, and pairs a block
+// aims at (on 32-lane warps: four warps of four).
+#define ATT_TILE_PAIRS 4
+#define ATT_TILE_QUERIES 16
+
+// Rows base + 0 .. of the caches (rows, kv_dim) are the run's sequence; row i
+// of the run (q and out rows i: (n_head, hd)) is at position p0 + i. Block
+// (kvh, b) takes rows b·qr .. of the run and the group's heads kvh·group ..
+// hd % 4 == 0 (16-byte rows in shared memory).
+template <int MAXD, int KT>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_tile_kernel(const float *q, const float *kc, const float *vc, float *out, int base, int p0, int nr,
+                     int n_head, int group, int hd, int kv_dim, int qr, float scale, float softcap,
+                     int window) {
+    constexpr int W = ST_WARP_SIZE, NW = ATT_THREADS / W, P = ATT_TILE_PAIRS;
+    constexpr int NV = (MAXD + W - 1) / W, KLD = MAXD + 4; // KLD: key rows spread over the banks
+    __shared__ __align__(16) float qs[NW][P][MAXD];        // the warps' queries, scaled
+    __shared__ __align__(16) float ks[KT][KLD];
+    __shared__ __align__(16) float vs[KT][MAXD];
+    __shared__ float ps[NW][P][KT]; // softmax weights of the tile's keys
+    const int kvh = blockIdx.x, r0 = blockIdx.y * qr;
+    const int warp = threadIdx.x / W, lane = threadIdx.x % W;
+    const int rows = min(qr, nr - r0), pairs = rows * group;
+    const int plast = p0 + r0 + rows - 1;                          // the last row's position
+    const int jlo = window > 0 ? max(0, p0 + r0 - window + 1) : 0; // the first row's first key
+    const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
+    kc += (int64_t)base * kv_dim + (int64_t)kvh * hd;
+    vc += (int64_t)base * kv_dim + (int64_t)kvh * hd;
+    // Every loop bound below is the block's, so that every barrier and warp
+    // reduction is in block-uniform control flow (PoCL builds sub-group
+    // operations on work-group barriers).
+    const int passes = (qr * group + NW * P - 1) / (NW * P);
+    for (int pass = 0; pass < passes; pass++) {
+        bool ok[P];
+        int pk[P], lk[P]; // the pair's position and first key
+        int64_t off[P];   // its row of q and out
+        float m[P], l[P], o[P][NV];
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int pi = (pass * NW + warp) * P + k, i = pi / group;
+            ok[k] = pi < pairs;
+            pk[k] = p0 + r0 + i;
+            lk[k] = window > 0 ? pk[k] - window + 1 : 0;
+            off[k] = ((int64_t)(r0 + i) * n_head + (int64_t)kvh * group + pi % group) * hd;
+            for (int d = lane; d < MAXD; d += W)
+                qs[warp][k][d] = ok[k] && d < hd ? q[off[k] + d] * scale : 0.0f;
+            m[k] = -INFINITY, l[k] = 0.0f;
+#pragma unroll
+            for (int i2 = 0; i2 < NV; i2++) o[k][i2] = 0.0f;
+        }
+        for (int j0 = jlo; j0 <= plast; j0 += KT) {
+            __syncthreads(); // the last tile consumed, the queries stored
+            for (int idx = threadIdx.x; idx < KT * (MAXD / 4); idx += ATT_THREADS) {
+                const int jj = idx / (MAXD / 4), d = 4 * (idx % (MAXD / 4)), j = j0 + jj;
+                float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
+                if (j <= plast && d < hd) {
+                    kv = *(const float4 *)(kc + (int64_t)j * kv_dim + d);
+                    vv = *(const float4 *)(vc + (int64_t)j * kv_dim + d);
+                }
+                *(float4 *)&ks[jj][d] = kv;
+                *(float4 *)&vs[jj][d] = vv;
+            }
+            __syncthreads();
+            // lane jj scores key j0 + jj against the warp's queries
+            const int jj = lane < KT ? lane : KT - 1, j = j0 + lane;
+            float sc[P];
+#pragma unroll
+            for (int k = 0; k < P; k++) sc[k] = 0.0f;
+#pragma unroll 4
+            for (int d = 0; d < MAXD; d += 4) {
+                const float4 kk = *(const float4 *)&ks[jj][d];
+#pragma unroll
+                for (int k = 0; k < P; k++) {
+                    const float4 qq = *(const float4 *)&qs[warp][k][d];
+                    sc[k] = fmaf(qq.w, kk.w, fmaf(qq.z, kk.z, fmaf(qq.y, kk.y, fmaf(qq.x, kk.x, sc[k]))));
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < P; k++) {
+                float s = sc[k];
+                if (softcap > 0) s = softcap * tanhf(s * inv_cap);
+                const bool live = ok[k] && lane < KT && j <= pk[k] && j >= lk[k];
+                s = live ? s : -INFINITY;
+                const float mn = fmaxf(m[k], st_warp_max_f32(s, W));
+                const float ms = mn == -INFINITY ? 0.0f : mn; // no key yet: nothing to rescale
+                const float corr = expf(m[k] - ms), p = live ? expf(s - ms) : 0.0f;
+                l[k] = l[k] * corr + st_warp_sum_f32(p, W);
+                m[k] = mn;
+#pragma unroll
+                for (int i2 = 0; i2 < NV; i2++) o[k][i2] *= corr;
+                if (lane < KT) ps[warp][k][lane] = p;
+            }
+            __syncthreads(); // the weights stored
+            for (int t = 0; t < KT; t++)
+#pragma unroll
+                for (int k = 0; k < P; k++) {
+                    const float p = ps[warp][k][t];
+#pragma unroll
+                    for (int i2 = 0; i2 < NV; i2++) {
+                        const int d = lane + W * i2;
+                        if (d < MAXD) o[k][i2] = fmaf(p, vs[t][d], o[k][i2]);
+                    }
+                }
+        }
+#pragma unroll
+        for (int k = 0; k < P; k++)
+#pragma unroll
+            for (int i2 = 0; i2 < NV; i2++) {
+                const int d = lane + W * i2;
+                if (ok[k] && d < hd) out[off[k] + d] = o[k][i2] / l[k];
+            }
+        __syncthreads(); // the queries read before the next pass stores its own
+    }
+}
+
 __global__ void __launch_bounds__(GPU_BLOCK)
     attn_merge_kernel(const float *part, float *out, int n_head, int hd, int n_split) {
     const int64_t qi = (int64_t)blockIdx.y * n_head + blockIdx.x;
@@ -166,6 +289,34 @@ static void attn_launch(const float *q, const float *k, const float *v, float *o
         attn_merge_kernel<<<dim3((unsigned)n_head, (unsigned)n), 128, 0, s>>>(part, out, n_head, hd, n_split);
         GPU_CHECK_LAUNCH();
     }
+}
+
+template <int MAXD, int KT>
+static void attn_tile_launch(const float *q, const float *k, const float *v, float *out, int base, int p0,
+                             int nr, int n_head, int n_head_kv, int hd, const struct attn_params &ap,
+                             gpuStream_t s) {
+    const int group = n_head / n_head_kv;
+    const int qr = group >= ATT_TILE_QUERIES ? 1 : ATT_TILE_QUERIES / group; // rows a block
+    const dim3 grid((unsigned)n_head_kv, (unsigned)gpu_cdiv(nr, qr));
+    attn_tile_kernel<MAXD, KT><<<grid, ATT_THREADS, 0, s>>>(
+        q, k, v, out, base, p0, nr, n_head, group, hd, n_head_kv * hd, qr, ap.scale, ap.softcap, ap.window);
+    GPU_CHECK_LAUNCH();
+}
+
+int gpu_attention_run(const float *q, const float *k, const float *v, float *out, int base, int p0, int nr,
+                      int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, gpuStream_t s) {
+    if (head_dim < 4 || head_dim > GPU_ATTN_MAX_HEAD_DIM || head_dim % 4 || n_head_kv < 1 ||
+        n_head % n_head_kv != 0 || nr < 1 || base < 0 || p0 < 0)
+        return -1;
+    if (head_dim <= 32)
+        attn_tile_launch<32, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+    else if (head_dim <= 64)
+        attn_tile_launch<64, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+    else if (head_dim <= 128)
+        attn_tile_launch<128, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+    else
+        attn_tile_launch<256, 8>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+    return 0;
 }
 
 int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, const int32_t *pos,

@@ -31,4 +31,17 @@ int gpu_attention(const float *q, const float *k, const float *v, float *out, fl
                   const int32_t *base, int n, int n_kv, int n_head, int n_head_kv, int head_dim, int n_split,
                   const struct attn_params &ap, gpuStream_t s);
 
+// Rows in a batch from which a run of one sequence takes gpu_attention_run.
+#define GPU_ATTN_TILE_MIN_ROWS 8
+
+// The attention of a run of nr rows of one sequence at consecutive positions
+// (a prompt chunk): row i of q and out (nr, n_head, head_dim) is at position
+// p0 + i and sees cache rows base + 0 .. p0 + i of k/v (rows, n_head_kv,
+// head_dim; only the last ap.window with a window), the same as gpu_attention
+// gives for those rows, with each key and value row read once for many
+// queries. Returns 0 once enqueued, -1 for a head_dim over the limit or not a
+// multiple of 4, or heads that do not group.
+int gpu_attention_run(const float *q, const float *k, const float *v, float *out, int base, int p0, int nr,
+                      int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, gpuStream_t s);
+
 #endif

@@ -548,16 +548,49 @@ static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, cons
     take_error(g);
 }
 
+// Attention of rows t0 .. t0+n-1 of r, one query row a block. Returns 0, -1
+// for arguments the kernel refuses, 1 when its scratch could not grow (the
+// error recorded).
+static int attention_rows(struct gpu_be *g, const float *q, const float *k_cache, const float *v_cache,
+                          float *out, const struct batch_rows *r, int t0, int n, int n_head, int n_head_kv,
+                          int head_dim, const struct attn_params *ap) {
+    const int splits = gpu_attention_splits(n, r->n_kv, n_head, g->n_sm);
+    const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
+    if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return 1;
+    const int64_t row = (int64_t)n_head * head_dim;
+    return gpu_attention(q + t0 * row, k_cache, v_cache, out + t0 * row, g->att_part, r->pos + t0,
+                         r->base + t0, n, r->n_kv, n_head, n_head_kv, head_dim, splits, *ap, g->stream);
+}
+
+// Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
+// kernel, the rows between them (decode tokens) the row kernel, in one launch
+// for each stretch: a decode batch is one launch.
 static void gb_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    const int splits = gpu_attention_splits(r->n, r->n_kv, n_head, g->n_sm);
-    const size_t need = sizeof(float) * gpu_attention_scratch(r->n, n_head, head_dim, splits);
-    if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return;
-    if (gpu_attention(q, k_cache, v_cache, out, g->att_part, r->pos, r->base, r->n, r->n_kv, n_head,
-                      n_head_kv, head_dim, splits, *ap, g->stream))
+    const bool tiles = head_dim % 4 == 0;
+    const int64_t row = (int64_t)n_head * head_dim;
+    int rc = 0;
+    for (int t = 0; t < r->n && !rc;) {
+        int len = batch_run_length(r, t);
+        if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) {
+            rc = gpu_attention_run(q + t * row, k_cache, v_cache, out + t * row, r->host_base[t],
+                                   r->host_pos[t], len, n_head, n_head_kv, head_dim, *ap, g->stream);
+            t += len;
+            continue;
+        }
+        int e = t + len; // the stretch of short runs from t
+        while (e < r->n) {
+            len = batch_run_length(r, e);
+            if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) break;
+            e += len;
+        }
+        rc = attention_rows(g, q, k_cache, v_cache, out, r, t, e - t, n_head, n_head_kv, head_dim, ap);
+        t = e;
+    }
+    if (rc < 0)
         op_fail(g,
                 "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
