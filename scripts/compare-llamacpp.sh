@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# compare-llamacpp.sh: Strata's CPU speed against llama.cpp's, in one run.
+# compare-llamacpp.sh: Strata's speed against llama.cpp's, in one run: on the
+# CPU, or with --gpu on an NVIDIA GPU.
 #
 # Builds llama.cpp's llama-bench once from the source vendored in the PyPI sdist
 # of llama-cpp-python (downloaded with pip into the cache; CPU build with
@@ -30,6 +31,18 @@
 #     --cache DIR         where the sdist and the llama.cpp build live
 #                         (default: ${XDG_CACHE_HOME:-~/.cache}/strata)
 #     --llama-version V   llama-cpp-python sdist version (default: the installed one, else 0.3.36)
+#     --llama-src DIR     llama.cpp's source folder, already unpacked (e.g. the sdist's
+#                         vendor/llama.cpp carried to a machine without network): no download
+#     --gpu               the GPU instead: llama-bench built with GGML_CUDA for this GPU's
+#                         architecture (nvidia-smi's compute capability) and run with -ngl 99
+#                         -fa 1, Strata (STRATA default build/cuda/strata, `make GPU=cuda
+#                         BUILD=build/cuda`) with --backend cuda; models 1B- and 8B-shaped in Q4_0
+#                         and the Q4_K_M mix (q4_0 q4_k_m 8b-q4_0 8b-q4_k_m); --threads is
+#                         ignored. The table adds each tg's fraction of its floor: weight bytes
+#                         over the read bandwidth test_ops --perf measures in the same run
+#     --build-only        build llama-bench (and nothing else), then stop
+#
+# GPU mode, both engines' tgN start from an empty context (tg@0 repeats Strata's).
 #
 # Environment: STRATA (default build/strata), MODEL (the real model,
 # default models/SmolLM2-135M-Instruct.Q4_1.gguf), LLAMA_CC / LLAMA_CXX (the
@@ -52,11 +65,15 @@ OTHER=""
 BUSY=0
 ROUNDS=1
 VER=""
+LSRC=""
+GPU=0
+BUILD_ONLY=0
+MODELS_SET=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
     --threads) THREADS=$2; shift 2 ;;
-    --models) MODELS=$2; shift 2 ;;
+    --models) MODELS=$2; MODELS_SET=1; shift 2 ;;
     -p) P=$2; shift 2 ;;
     -n) N=$2; shift 2 ;;
     -r) R=$2; shift 2 ;;
@@ -65,6 +82,9 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
     --llama-version) VER=$2; shift 2 ;;
+    --llama-src) LSRC=$2; shift 2 ;;
+    --gpu) GPU=1; shift ;;
+    --build-only) BUILD_ONLY=1; shift ;;
     -h | --help) sed -n '2,/^set -e/p' "$0" | sed 's/^# \{0,1\}//;$d'; exit 0 ;;
     *) echo "compare-llamacpp.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -73,43 +93,67 @@ done
 if [ -z "$VER" ]; then
     VER=$(python3 -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || echo 0.3.36)
 fi
-[ -x "$STRATA" ] || { echo "no $STRATA: run make first" >&2; exit 1; }
+if [ "$GPU" = 1 ]; then
+    STRATA=${STRATA_GPU:-build/cuda/strata}
+    [ "$MODELS_SET" = 1 ] || MODELS="q4_0 q4_k_m 8b-q4_0 8b-q4_k_m"
+    THREADS=gpu
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 ||
+        { echo "--gpu: nvidia-smi lists no GPU here" >&2; exit 1; }
+    CUDA_ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+fi
+if [ "$BUILD_ONLY" = 0 ] && [ ! -x "$STRATA" ]; then
+    hint="make"
+    [ "$GPU" = 1 ] && hint="make GPU=cuda BUILD=build/cuda build/cuda/strata build/cuda/tests/test_ops"
+    echo "no $STRATA: run $hint first" >&2
+    exit 1
+fi
 [ -z "$OTHER" ] || [ -x "$OTHER" ] || { echo "--bench $OTHER is not an executable" >&2; exit 1; }
 
 # --- llama.cpp's llama-bench, built once ----------------------------------------------
 SRC=$CACHE/llama_cpp_python-$VER
+LLAMA_DIR=${LSRC:-$SRC/vendor/llama.cpp}
 if command -v clang >/dev/null 2>&1 && command -v clang++ >/dev/null 2>&1; then
     LLAMA_CC=${LLAMA_CC:-clang} LLAMA_CXX=${LLAMA_CXX:-clang++}
 else
     LLAMA_CC=${LLAMA_CC:-cc} LLAMA_CXX=${LLAMA_CXX:-c++}
 fi
-BUILD_DIR=$SRC/build-cpu-$(basename "$LLAMA_CC")
+KIND=cpu
+BACKEND_FLAGS=(-DGGML_NATIVE=ON)
+if [ "$GPU" = 1 ]; then
+    KIND=cuda-sm$CUDA_ARCH
+    BACKEND_FLAGS=(-DGGML_NATIVE=ON -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
+fi
+BUILD_DIR=$CACHE/build-$KIND-$(basename "$LLAMA_CC")
 LLAMA_BENCH=$BUILD_DIR/bin/llama-bench
 build_llamacpp() {
     [ -x "$LLAMA_BENCH" ] && return
     mkdir -p "$CACHE"
-    if [ ! -d "$SRC/vendor/llama.cpp" ]; then
+    if [ ! -d "$LLAMA_DIR" ]; then
+        [ -z "$LSRC" ] || { echo "--llama-src $LSRC is not a folder" >&2; exit 1; }
         echo "== downloading the llama-cpp-python $VER sdist into $CACHE"
         python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VER" -d "$CACHE" >&2
         tar -xzf "$CACHE/llama_cpp_python-$VER.tar.gz" -C "$CACHE"
     fi
-    echo "== building llama-bench (CPU, GGML_NATIVE, $LLAMA_CC) in $BUILD_DIR; once"
-    cmake -S "$SRC/vendor/llama.cpp" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    local jobs
+    jobs=$(nproc)
+    echo "== building llama-bench ($KIND, $LLAMA_CC) in $BUILD_DIR; once" >&2
+    cmake -S "$LLAMA_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${BACKEND_FLAGS[@]}" \
         -DCMAKE_C_COMPILER="$LLAMA_CC" -DCMAKE_CXX_COMPILER="$LLAMA_CXX" \
-        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-cpu.log" 2>&1
-    cmake --build "$BUILD_DIR" --target llama-bench -j 2 >"$CACHE/build-cpu.log" 2>&1 ||
-        { tail -20 "$CACHE/build-cpu.log" >&2; exit 1; }
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-$KIND.log" 2>&1 ||
+        { tail -20 "$CACHE/cmake-$KIND.log" >&2; exit 1; }
+    cmake --build "$BUILD_DIR" --target llama-bench -j "$jobs" >"$CACHE/build-$KIND.log" 2>&1 ||
+        { tail -20 "$CACHE/build-$KIND.log" >&2; exit 1; }
 }
 build_llamacpp
+[ "$BUILD_ONLY" = 1 ] && exit 0
 
-# --- GPU half -------------------------------------------------------------------------
-# ==== GPU: not filled in yet. When `nvcc` is present and `nvidia-smi -L` lists a GPU,
-# ==== build a second llama-bench with -DGGML_CUDA=ON into $SRC/build-cuda, Strata with
-# ==== `make GPU=cuda BUILD=build/cuda`, and run both with -ngl 99 / --backend cuda in
-# ==== the loop below. Until then the comparison is CPU only.
-if command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    echo "note: a GPU is usable here, but the GPU comparison is not written yet (CPU only)" >&2
+# The GPU's read-bandwidth ceiling, measured now (GB/s), for the tg floors.
+CEIL=0
+if [ "$GPU" = 1 ]; then
+    CEIL=$("$(dirname "$STRATA")/tests/test_ops" --perf-only Q4_0:14336x4096 --gpu-only 2>/dev/null |
+        sed -n 's/^read-bandwidth ceiling: \([0-9.]*\) GB\/s.*/\1/p')
+    [ -n "$CEIL" ] || { echo "no read-bandwidth ceiling from $(dirname "$STRATA")/tests/test_ops" >&2; exit 1; }
 fi
 
 # --- models ---------------------------------------------------------------------------
@@ -120,7 +164,9 @@ model_path() {
     real) echo "$REAL" ;;
     q4_0) echo "$SYN/llama3.2-1b-q4_0.gguf" ;;
     q4_k_m) echo "$SYN/llama3.2-1b-q4_k_m.gguf" ;;
-    *) echo "unknown model $1 (real, q4_0, q4_k_m)" >&2; exit 2 ;;
+    8b-q4_0) echo "$SYN/llama3-8b-q4_0.gguf" ;;
+    8b-q4_k_m) echo "$SYN/llama3-8b-q4_k_m.gguf" ;;
+    *) echo "unknown model $1 (real, q4_0, q4_k_m, 8b-q4_0, 8b-q4_k_m)" >&2; exit 2 ;;
     esac
 }
 for m in $MODELS; do
@@ -128,32 +174,50 @@ for m in $MODELS; do
     case "$m" in
     q4_0) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3.2-1b --type Q4_0 ;;
     q4_k_m) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3.2-1b --type Q4_K_M ;;
+    8b-q4_0) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3-8b --type Q4_0 ;;
+    8b-q4_k_m) [ -f "$f" ] || "$STRATA" synth -o "$f" --shape llama3-8b --type Q4_K_M ;;
     esac
     [ -f "$f" ] || { echo "no model $f" >&2; exit 1; }
 done
 
 # --- runs -----------------------------------------------------------------------------
 # Each prints "pp_mean pp_sd tg_mean tg_sd".
+# On the GPU: every layer offloaded, flash attention, llama-bench's own threads;
+# Strata on the cuda backend.
+engine_flags() { # THREADS: llama-bench's flags, then Strata's (one line each)
+    if [ "$1" = gpu ]; then
+        echo "-ngl 99 -fa 1"
+        echo "--backend cuda"
+    else
+        echo "-t $1"
+        echo "-t $1"
+    fi
+}
 run_llama() { # BINARY MODEL THREADS
-    "$1" -m "$2" -p "$P" -n "$N" -r "$R" -t "$3" -o json 2>/dev/null | python3 -c '
+    # shellcheck disable=SC2046
+    "$1" -m "$2" -p "$P" -n "$N" -r "$R" $(engine_flags "$3" | sed -n 1p) -o json 2>/dev/null | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
 pp = [r for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0]
 tg = [r for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0]
 print(pp[0]["avg_ts"], pp[0]["stddev_ts"], tg[0]["avg_ts"], tg[0]["stddev_ts"])'
 }
-run_strata() { # MODEL THREADS
-    "$STRATA" bench -m "$1" -p "$P" -n "$N" -r "$R" -t "$2" 2>/dev/null | python3 -c '
+run_strata() { # MODEL THREADS: "pp_mean pp_sd tg_mean tg_sd weight_MB"
+    # shellcheck disable=SC2046
+    "$STRATA" bench -m "$1" -p "$P" -n "$N" -r "$R" $(engine_flags "$2" | sed -n 2p) 2>/dev/null | python3 -c '
 import re, sys
 v = {}
 for line in sys.stdin:
     m = re.match(r"(pp|tg)\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)
     if m: v[m.group(1)] = (m.group(2), m.group(3))
-print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1])'
+    m = re.search(r"weights ([\d.]+) MB", line)
+    if m: v["mb"] = m.group(1)
+print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1], v["mb"])'
 }
 
 run_strata_tg0() { # MODEL THREADS: "tg_mean tg_sd" from an empty context
-    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" -t "$2" 2>/dev/null | python3 -c '
+    # shellcheck disable=SC2046
+    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" $(engine_flags "$2" | sed -n 2p) 2>/dev/null | python3 -c '
 import re, sys
 for line in sys.stdin:
     m = re.match(r"tg\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)
@@ -187,7 +251,7 @@ for round in $(seq "$ROUNDS"); do
                 z=$(run_strata_tg0 "$f" "$t")
                 o="0 0 0 0"
                 [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
-                echo "$cond $m $t $l $s $o $z" | tee -a "$RESULTS" >&2
+                echo "$cond $m $t $l ${s% *} $o $z ${s##* }" | tee -a "$RESULTS" >&2
             done
         done
         [ "$cond" = busy ] && busy_stop
@@ -196,15 +260,19 @@ done
 
 # --- the table ------------------------------------------------------------------------
 echo
+DEVICE=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+[ "$GPU" = 1 ] && DEVICE="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), read ceiling $CEIL GB/s"
 echo "strata $(git rev-parse --short HEAD 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
-    "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+    "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $DEVICE"
 echo "pp$P / tg$N tok/s, mean ± sd of $R (best of $ROUNDS rounds); ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
+[ "$GPU" = 1 ] && echo "floor: tg of (weight bytes / read ceiling), the fraction of it each engine's tg reaches"
 if [ "$BUSY" = 1 ]; then echo "busy rows: a shell loop spins on CPU $BUSY_CPU meanwhile"; fi
-python3 - "$RESULTS" "$P" "$N" "${OTHER:+1}" <<'EOF'
+python3 - "$RESULTS" "$P" "$N" "$CEIL" "${OTHER:+1}" <<'EOF'
 import sys
-P, N = sys.argv[2], sys.argv[3]
-other = len(sys.argv) > 4 and sys.argv[4] == "1"
+P, N, ceil = sys.argv[2], sys.argv[3], float(sys.argv[4])
+other = len(sys.argv) > 5 and sys.argv[5] == "1"
 best = {}  # (cond, model, t) -> per engine and figure the (mean, sd) of the best round
+mbs = {}  # (cond, model, t) -> the model's weight MB
 order = []
 for line in open(sys.argv[1]):
     r = line.split()
@@ -213,6 +281,7 @@ for line in open(sys.argv[1]):
         best[key] = [None] * 7
         order.append(key)
     v = [float(x) for x in r[3:17]]
+    mbs[key] = float(r[17])
     for k in range(7):  # llama pp, tg; strata pp, tg; other pp, tg; strata tg from empty context
         m, sd = v[2 * k], v[2 * k + 1]
         if best[key][k] is None or m > best[key][k][0]:
@@ -221,6 +290,8 @@ hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"lla
        f"strata tg{N}@0", "ratio@0"]
 if other:
     hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o", "S@0/o"]
+if ceil > 0:
+    hdr += ["tg floor", "llama.cpp of floor", "strata of floor"]
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
 f = lambda x: f"{x[0]:.1f} ± {x[1]:.1f}"
@@ -229,6 +300,9 @@ for key in order:
     cells = list(key) + [f(lp), f(sp), f"{sp[0]/lp[0]:.2f}", f(lt), f(st), f"{st[0]/lt[0]:.2f}", f(sz), f"{sz[0]/lt[0]:.2f}"]
     if other:
         cells += [f(op), f"{sp[0]/op[0]:.2f}", f(ot), f"{st[0]/ot[0]:.2f}", f"{sz[0]/ot[0]:.2f}"]
+    if ceil > 0:
+        floor = ceil * 1e3 / mbs[key]  # tok/s when every weight byte streams at the ceiling
+        cells += [f"{floor:.0f}", f"{lt[0]/floor:.0%}", f"{sz[0]/floor:.0%}"]
     print("| " + " | ".join(cells) + " |")
 EOF
 rm -f "$RESULTS"

@@ -22,6 +22,91 @@
 #define MMQ_BK 128
 #define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
 
+// A thread's global loads of one step of the columns, staged in registers
+// while the step before is computed: its weight chunk (threads below MMQ_BM ·
+// chunks per row and step; ok false past the row's end or the matrix) and
+// MMQ_XPT activation chunks of 16 bytes with their block's (d, d·Σq).
+#define MMQ_XPT (MMQ_BN * (MMQ_BK / 16) / GPU_BLOCK)
+template <class Q> struct mmq_stage {
+    gpu_chunk<Q::R> c;
+    bool ok;
+    int4 a[MMQ_XPT];
+    float2 ds[MMQ_XPT];
+};
+
+template <class Q>
+static __device__ __forceinline__ void mmq_fetch(const gpu_mat &w, const gpu_q8 &x, int n, int64_t row0,
+                                                 int tok0, int64_t k0, mmq_stage<Q> &s) {
+    constexpr int EPI = Q::QK / Q::QI, IPS = MMQ_BK / EPI; // elements per chunk, chunks per row and step
+    const int tid = threadIdx.x;
+    if (tid < MMQ_BM * IPS) {
+        const int64_t row = row0 + tid / IPS;
+        const int item = (int)(k0 / EPI) + tid % IPS;
+        s.ok = row < w.rows && item < (int)(w.cols / EPI);
+        if (s.ok) gpu_load_item<Q>(w, row, item, s.c);
+    }
+#pragma unroll
+    for (int u = 0; u < MMQ_XPT; u++) {
+        const int idx = tid + u * GPU_BLOCK, t = tok0 + idx / (MMQ_BK / 16);
+        const int64_t k = k0 + 16 * (idx % (MMQ_BK / 16));
+        s.a[u] = make_int4(0, 0, 0, 0);
+        s.ds[u] = make_float2(0.0f, 0.0f);
+        if (t < n && k < x.cols) {
+            s.a[u] = gpu_ld16(x.qs + t * x.cols + k);
+            s.ds[u] = x.ds[t * (x.cols / 32) + k / 32];
+        }
+    }
+}
+
+// Shared memory of a step: weights as int8 (rows, MMQ_BK) with one (d, m) per
+// group of G elements, activations as int8 (tokens, MMQ_BK) with (d, d·Σq).
+template <int NG> struct mmq_smem {
+    __align__(16) int wq[MMQ_BM][MMQ_LD];
+    __align__(16) int xq[MMQ_BN][MMQ_LD];
+    float wd[MMQ_BM][NG], wm[MMQ_BM][NG];
+    float xd[MMQ_BN][NG], xs[MMQ_BN][NG];
+};
+
+// Chunk ii of row r of the step at column k0 into shared memory; ok false (a
+// chunk past the row's end, only on the last step of 32-element types, or of
+// a row past the matrix) zero-fills its columns.
+template <class Q, int G, int NG>
+static __device__ __forceinline__ void mmq_put_weights(mmq_smem<NG> &sh, const gpu_chunk<Q::R> &c, bool ok,
+                                                       int r, int ii, int64_t k0) {
+    constexpr int EPI = Q::QK / Q::QI;
+    if (ok) {
+#pragma unroll
+        for (int p = 0; p < Q::R; p++) {
+            const int col = c.e[p] - (int)k0;
+            *(int4 *)&sh.wq[r][col / 4] = make_int4(c.q[p][0], c.q[p][1], c.q[p][2], c.q[p][3]);
+            if (col % G == 0) {
+                sh.wd[r][col / G] = c.d[p];
+                sh.wm[r][col / G] = c.m[p];
+            }
+        }
+    } else {
+        for (int k = ii * EPI; k < (ii + 1) * EPI; k += 16) *(int4 *)&sh.wq[r][k / 4] = make_int4(0, 0, 0, 0);
+        for (int g = ii * EPI / G; g < (ii + 1) * EPI / G; g++) sh.wd[r][g] = sh.wm[r][g] = 0.0f;
+    }
+}
+
+// Activation chunk k16 (16 bytes) of tile token tt into shared memory.
+template <int G, int NG>
+static __device__ __forceinline__ void mmq_put_acts(mmq_smem<NG> &sh, int4 a, float2 ds, int tt, int k16) {
+    *(int4 *)&sh.xq[tt][4 * k16] = a;
+    if (G == 16) {
+        int sum = st_dp4a(0x01010101, a.x, 0);
+        sum = st_dp4a(0x01010101, a.y, sum);
+        sum = st_dp4a(0x01010101, a.z, sum);
+        sum = st_dp4a(0x01010101, a.w, sum);
+        sh.xd[tt][k16 * 16 / G] = ds.x;
+        sh.xs[tt][k16 * 16 / G] = ds.x * (float)sum;
+    } else if (k16 % 2 == 0) {
+        sh.xd[tt][k16 / 2] = ds.x;
+        sh.xs[tt][k16 / 2] = ds.y;
+    }
+}
+
 template <int T, bool MMA>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
@@ -30,14 +115,17 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     constexpr int NG = MMQ_BK / G;         // groups per step
     constexpr int EPI = Q::QK / Q::QI;     // elements per chunk
     constexpr int IPS = MMQ_BK / EPI;      // chunks per row per step
-    __shared__ __align__(16) int wq[MMQ_BM][MMQ_LD];
-    __shared__ __align__(16) int xq[MMQ_BN][MMQ_LD];
-    __shared__ float wd[MMQ_BM][NG], wm[MMQ_BM][NG];
-    __shared__ float xd[MMQ_BN][NG], xs[MMQ_BN][NG];
+    static_assert(MMQ_BM * IPS <= GPU_BLOCK && MMQ_XPT * GPU_BLOCK == MMQ_BN * (MMQ_BK / 16),
+                  "one weight chunk and MMQ_XPT activation chunks a thread and step");
+    __shared__ mmq_smem<NG> sh;
+    auto &wq = sh.wq, &xq = sh.xq;
+    auto &wd = sh.wd, &wm = sh.wm, &xd = sh.xd, &xs = sh.xs;
 
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int64_t row0 = (int64_t)blockIdx.x * MMQ_BM;
-    const int tok0 = blockIdx.y * MMQ_BN;
+    // token tiles along x: the blocks that share a tile of weight rows run
+    // side by side and read it from L2
+    const int64_t row0 = (int64_t)blockIdx.y * MMQ_BM;
+    const int tok0 = blockIdx.x * MMQ_BN;
     const int items = (int)(w.cols / EPI);
     const int64_t xblocks = x.cols / 32;
     // tensor cores: warp wp takes rows wr .. wr+31 and tokens wt .. wt+15; lane
@@ -51,56 +139,45 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
 
+    // On tensor cores the next step's loads are in flight while this one is
+    // computed (staged in registers); the dp4a form and the tensor-core twin,
+    // whose products hold more registers, load each chunk just before storing it.
+    constexpr bool AHEAD = MMA && ST_HAS_MMA_S8;
+    mmq_stage<Q> st;
+    if (AHEAD) mmq_fetch<Q>(w, x, n, row0, tok0, 0, st);
     for (int64_t k0 = 0; k0 < w.cols; k0 += MMQ_BK) {
-        // Weights. A chunk past the row's end (only the last step of 32-element
-        // types) or of a row past the matrix zero-fills its columns.
-        for (int idx = tid; idx < MMQ_BM * IPS; idx += GPU_BLOCK) {
-            const int r = idx / IPS, ii = idx % IPS;
-            const int64_t row = row0 + r;
-            const int item = (int)(k0 / EPI) + ii;
-            if (row < w.rows && item < items) {
-                gpu_chunk<Q::R> c;
-                gpu_load_item<Q>(w, row, item, c);
+        if (AHEAD) {
+            if (tid < MMQ_BM * IPS) mmq_put_weights<Q, G, NG>(sh, st.c, st.ok, tid / IPS, tid % IPS, k0);
 #pragma unroll
-                for (int p = 0; p < Q::R; p++) {
-                    const int col = c.e[p] - (int)k0;
-                    *(int4 *)&wq[r][col / 4] = make_int4(c.q[p][0], c.q[p][1], c.q[p][2], c.q[p][3]);
-                    if (col % G == 0) {
-                        wd[r][col / G] = c.d[p];
-                        wm[r][col / G] = c.m[p];
-                    }
+            for (int u = 0; u < MMQ_XPT; u++) {
+                const int idx = tid + u * GPU_BLOCK;
+                mmq_put_acts<G, NG>(sh, st.a[u], st.ds[u], idx / (MMQ_BK / 16), idx % (MMQ_BK / 16));
+            }
+        } else {
+            for (int idx = tid; idx < MMQ_BM * IPS; idx += GPU_BLOCK) {
+                const int r = idx / IPS, ii = idx % IPS;
+                const int64_t row = row0 + r;
+                const int item = (int)(k0 / EPI) + ii;
+                const bool ok = row < w.rows && item < items;
+                gpu_chunk<Q::R> c;
+                if (ok) gpu_load_item<Q>(w, row, item, c);
+                mmq_put_weights<Q, G, NG>(sh, c, ok, r, ii, k0);
+            }
+            for (int idx = tid; idx < MMQ_BN * (MMQ_BK / 16); idx += GPU_BLOCK) {
+                const int tt = idx / (MMQ_BK / 16), k16 = idx % (MMQ_BK / 16);
+                const int t = tok0 + tt;
+                const int64_t k = k0 + 16 * k16;
+                int4 a = make_int4(0, 0, 0, 0);
+                float2 ds = make_float2(0.0f, 0.0f);
+                if (t < n && k < x.cols) {
+                    a = gpu_ld16(x.qs + t * x.cols + k);
+                    ds = x.ds[t * xblocks + k / 32];
                 }
-            } else {
-                for (int k = ii * EPI; k < (ii + 1) * EPI; k += 16)
-                    *(int4 *)&wq[r][k / 4] = make_int4(0, 0, 0, 0);
-                for (int g = ii * EPI / G; g < (ii + 1) * EPI / G; g++) wd[r][g] = wm[r][g] = 0.0f;
-            }
-        }
-        // Activations, 16 bytes a thread at a time.
-        for (int idx = tid; idx < MMQ_BN * (MMQ_BK / 16); idx += GPU_BLOCK) {
-            const int tt = idx / (MMQ_BK / 16), k16 = idx % (MMQ_BK / 16);
-            const int t = tok0 + tt;
-            const int64_t k = k0 + 16 * k16;
-            int4 a = make_int4(0, 0, 0, 0);
-            float2 ds = make_float2(0.0f, 0.0f);
-            if (t < n && k < x.cols) {
-                a = gpu_ld16(x.qs + t * x.cols + k);
-                ds = x.ds[t * xblocks + k / 32];
-            }
-            *(int4 *)&xq[tt][4 * k16] = a;
-            if (G == 16) {
-                int sum = st_dp4a(0x01010101, a.x, 0);
-                sum = st_dp4a(0x01010101, a.y, sum);
-                sum = st_dp4a(0x01010101, a.z, sum);
-                sum = st_dp4a(0x01010101, a.w, sum);
-                xd[tt][k16 * 16 / G] = ds.x;
-                xs[tt][k16 * 16 / G] = ds.x * (float)sum;
-            } else if (k16 % 2 == 0) {
-                xd[tt][k16 / 2] = ds.x;
-                xs[tt][k16 / 2] = ds.y;
+                mmq_put_acts<G, NG>(sh, a, ds, tt, k16);
             }
         }
         __syncthreads();
+        if (AHEAD && k0 + MMQ_BK < w.cols) mmq_fetch<Q>(w, x, n, row0, tok0, k0 + MMQ_BK, st);
 #pragma unroll
         for (int g = 0; g < NG && MMA; g++) {
             int dot[4][4] = {}; // tile (mt, nt) at 2·mt + nt
@@ -191,7 +268,7 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
 
 template <int T>
 static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, gpuStream_t s) {
-    const dim3 grid((unsigned)gpu_cdiv(w.rows, MMQ_BM), (unsigned)gpu_cdiv(n, MMQ_BN));
+    const dim3 grid((unsigned)gpu_cdiv(n, MMQ_BN), (unsigned)gpu_cdiv(w.rows, MMQ_BM));
     if (mma)
         mmq_kernel<T, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
     else
