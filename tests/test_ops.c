@@ -1015,6 +1015,41 @@ static void test_moe(const struct be_entry *e) {
 }
 
 #ifdef STRATA_GPU
+// The GPU backend's variant setters refuse what no kernel takes, with a
+// message, and leave the backend working (its choice restored).
+static void test_gpu_setters(const struct be_entry *e) {
+    const int before = test_n_fail;
+    static const int bad_tpr[] = {-1, 1, 8, 48, 512}, bad_rpw[] = {-1, 3, 8}, bad_mma[] = {-2, 2};
+    for (size_t i = 0; i < sizeof bad_tpr / sizeof *bad_tpr; i++)
+        if (gpu_backend_set_matvec_split(e->be, bad_tpr[i]) != -1 ||
+            !strstr(st_last_error(), "threads per row")) {
+            printf("  FAIL threads per row %d accepted or refused without its message\n", bad_tpr[i]);
+            test_n_fail++;
+        }
+    for (size_t i = 0; i < sizeof bad_rpw / sizeof *bad_rpw; i++)
+        if (gpu_backend_set_matvec_rows(e->be, bad_rpw[i]) != -1 ||
+            !strstr(st_last_error(), "rows per warp")) {
+            printf("  FAIL rows per warp %d accepted or refused without its message\n", bad_rpw[i]);
+            test_n_fail++;
+        }
+    for (size_t i = 0; i < sizeof bad_mma / sizeof *bad_mma; i++)
+        if (gpu_backend_set_tensor_cores(e->be, bad_mma[i]) != -1 ||
+            !strstr(st_last_error(), "tensor-core mode")) {
+            printf("  FAIL tensor-core mode %d accepted or refused without its message\n", bad_mma[i]);
+            test_n_fail++;
+        }
+    if (gpu_backend_set_matvec_split(e->be, 0) || gpu_backend_set_matvec_rows(e->be, 0) ||
+        gpu_backend_set_tensor_cores(e->be, -1)) {
+        printf("  FAIL the automatic choices refused: %s\n", st_last_error());
+        test_n_fail++;
+    }
+    test_n_pass += test_n_fail == before;
+    printf("  %s %s variant setters refuse bad values\n", test_n_fail == before ? "ok  " : "FAIL",
+           e->be->name);
+}
+#endif
+
+#ifdef STRATA_GPU
 static void test_argmax(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int sizes[] = {1, 7, 49152, 100000};
@@ -1186,6 +1221,7 @@ int main(int argc, char **argv) {
             test_moe(e);
 #ifdef STRATA_GPU
             if (e->gpu) test_argmax(e);
+            if (e->gpu) test_gpu_setters(e);
 #endif
         }
     }
