@@ -183,19 +183,12 @@ done
 # --- runs -----------------------------------------------------------------------------
 # Each prints "pp_mean pp_sd tg_mean tg_sd".
 # On the GPU: every layer offloaded, flash attention, llama-bench's own threads;
-# Strata on the cuda backend.
-engine_flags() { # THREADS: llama-bench's flags, then Strata's (one line each)
-    if [ "$1" = gpu ]; then
-        echo "-ngl 99 -fa 1"
-        echo "--backend cuda"
-    else
-        echo "-t $1"
-        echo "-t $1"
-    fi
-}
+# Strata on the cuda backend. Elsewhere: THREADS threads each.
+llama_flags() { if [ "$1" = gpu ]; then echo "-ngl 99 -fa 1"; else echo "-t $1"; fi; }
+strata_flags() { if [ "$1" = gpu ]; then echo "--backend cuda"; else echo "-t $1"; fi; }
 run_llama() { # BINARY MODEL THREADS
     # shellcheck disable=SC2046
-    "$1" -m "$2" -p "$P" -n "$N" -r "$R" $(engine_flags "$3" | sed -n 1p) -o json 2>/dev/null | python3 -c '
+    "$1" -m "$2" -p "$P" -n "$N" -r "$R" $(llama_flags "$3") -o json 2>/dev/null | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)
 pp = [r for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0]
@@ -204,7 +197,7 @@ print(pp[0]["avg_ts"], pp[0]["stddev_ts"], tg[0]["avg_ts"], tg[0]["stddev_ts"])'
 }
 run_strata() { # MODEL THREADS: "pp_mean pp_sd tg_mean tg_sd weight_MB"
     # shellcheck disable=SC2046
-    "$STRATA" bench -m "$1" -p "$P" -n "$N" -r "$R" $(engine_flags "$2" | sed -n 2p) 2>/dev/null | python3 -c '
+    "$STRATA" bench -m "$1" -p "$P" -n "$N" -r "$R" $(strata_flags "$2") 2>/dev/null | python3 -c '
 import re, sys
 v = {}
 for line in sys.stdin:
@@ -217,7 +210,7 @@ print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1], v["mb"])'
 
 run_strata_tg0() { # MODEL THREADS: "tg_mean tg_sd" from an empty context
     # shellcheck disable=SC2046
-    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" $(engine_flags "$2" | sed -n 2p) 2>/dev/null | python3 -c '
+    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" $(strata_flags "$2") 2>/dev/null | python3 -c '
 import re, sys
 for line in sys.stdin:
     m = re.match(r"tg\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)

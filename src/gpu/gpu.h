@@ -75,13 +75,15 @@ uint64_t gpu_backend_graph_replays(struct backend *be);
 // 32, 64, 128 or 256, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
-// Rows each 32 threads take in the products of 2 to GPU_MMVQ_SPLIT_TOKENS
+// Rows each 32 threads take in the products of 2 to GPU_MATVEC_MAX_BATCH
 // tokens: 1, 2 or 4, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
 
-// Products of more tokens than this run as tiles (mmq.cu); up to it, as matrix
-// × vector launches (mmvq.cu; GPU_MMVQ_SPLIT_TOKENS there).
+// Products of more tokens than this run as tiles (mmq.cu); up to it (a
+// decode step of many sequences), as several matrix × vector launches of at
+// most GPU_MMVQ_MAX_TOKENS (mmvq.cu): each reads the weights again, and is
+// still the faster at this size.
 #define GPU_MATVEC_MAX_BATCH 32
 
 // The form of the quantized products of more than GPU_MATVEC_MAX_BATCH tokens

@@ -435,8 +435,7 @@ static int product(struct gpu_be *g, const struct weight *w, const float *x, flo
     if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
     gpu_q8 q;
     if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
-    static_assert(GPU_MMVQ_SPLIT_TOKENS == GPU_MATVEC_MAX_BATCH, "one split between mmvq and mmq");
-    if (n > GPU_MMVQ_SPLIT_TOKENS) return gpu_mmq(m, q, y, n, g->mma, g->stream);
+    if (n > GPU_MATVEC_MAX_BATCH) return gpu_mmq(m, q, y, n, g->mma, g->stream);
     for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};

@@ -6,10 +6,6 @@
 
 // Tokens one mmvq launch takes; larger batches go to mmq.
 #define GPU_MMVQ_MAX_TOKENS 8
-// Up to this many tokens (a decode step of many sequences) the backend runs
-// several mmvq launches of at most GPU_MMVQ_MAX_TOKENS rather than mmq: each
-// reads the weights again, and is still the faster at this size.
-#define GPU_MMVQ_SPLIT_TOKENS 32
 
 // y (n, w.rows) = x (n, w.cols) · wᵀ: when n = 1 with tpr threads per row (16,
 // 32, 64, 128 or 256); when n > 1 with 32 threads for every rpw rows (1, 2 or

@@ -257,18 +257,9 @@ static __device__ __forceinline__ void st_mma_s8_k16(int (&c)[4], const int (&a)
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(b[0]));
 #else
-    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int sa = 4 * g + j;
-        const int a0 = st_shfl(a[0], sa, 32), a1 = st_shfl(a[1], sa, 32);
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int b0 = st_shfl(b[0], 4 * (2 * t + e) + j, 32);
-            c[e] = st_dp4a(a0, b0, c[e]);
-            c[2 + e] = st_dp4a(a1, b0, c[2 + e]);
-        }
-    }
+    // the k = 32 twin with the upper 16 of k zero, whose products add nothing
+    const int a32[4] = {a[0], a[1], 0, 0}, b32[2] = {b[0], 0};
+    st_mma_s8_k32(c, a32, b32);
 #endif
 }
 
