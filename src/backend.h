@@ -92,6 +92,9 @@ struct backend {
                      float eps);
     // y (n, w.rows) = x (n, w.cols) · wᵀ
     void (*matmul)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
+    // y (n, w.rows) += x (n, w.cols) · wᵀ: a residual add fused into the
+    // product. May be NULL: callers then call matmul and add.
+    void (*matmul_add)(struct backend *be, const struct weight *w, const float *x, float *y, int n);
     // y[i] (n, w[i].rows) = x (n, cols) · w[i]ᵀ for i < n_w ≤ 4, weights of the
     // same cols (a layer's q, k, v; gate and up): what matmul does for each, in
     // one pass where the backend can (the input prepared once). May be NULL:
@@ -108,6 +111,12 @@ struct backend {
     // row r->base[i] + r->pos[i].
     void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
                      const struct batch_rows *r, int kv_dim);
+    // rope of q (r->n, n_head, head_dim) and of k (r->n, n_head_kv, head_dim),
+    // then kv_store of k and v: what those three calls do, in one op (k itself
+    // may be left unrotated: only its stored form counts). May be NULL.
+    void (*rope_store)(struct backend *be, float *q, float *k, const float *v, float *k_cache, float *v_cache,
+                       const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
+                       const struct rope_params *rp);
     // out (r->n, n_head, head_dim): causal grouped-query attention of q; row i,
     // at position p = r->pos[i], sees positions 0 .. p of its sequence, cache
     // rows r->base[i] + 0 .. p (ap->window > 0: only positions p-window+1 .. p);

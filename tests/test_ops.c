@@ -351,6 +351,30 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
             gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
                 gpu_backend_set_tensor_cores(e->be, -1);
 #endif
+        if (e->be->matmul_add) { // y0 + x·wᵀ: the bound grows by the add's rounding
+            float *y0 = xmalloc_f(ny), *want_add = xmalloc_f(ny);
+            double *bound_add = st_xmalloc(sizeof(double) * ny);
+            fill_normal(y0, ny);
+            double ss = 0, ss_add = 0; // the NMSE bound rescaled to the new result's size
+            for (size_t i = 0; i < ny; i++) {
+                want_add[i] = y0[i] + want[i];
+                bound_add[i] = bound[i] + fabs((double)want_add[i]) * 0x1p-22;
+                ss += (double)want[i] * want[i];
+                ss_add += (double)want_add[i] * want_add[i];
+            }
+            const double ss_bound = ss > 0 ? nmse_max * ss : nmse_max; // as matmul_bounds made it
+            const double nmse_add = ss_add > 0 ? (ss_bound + 0x1p-44 * ss_add) / ss_add : ss_bound;
+            e->be->upload(e->be, by, y0, ny * sizeof(float));
+            e->be->matmul_add(e->be, &wb, bx, by, n);
+            char what[128];
+            snprintf(what, sizeof what, "matmul_add %s %lldx%lld n=%d", quant_name(t), (long long)rows,
+                     (long long)cols, n);
+            if (get(e->be, got, by, ny))
+                compare(e->be->name, what, got, want_add, bound_add, ny, 0, 0, nmse_add);
+            else
+                test_n_fail++;
+            free(y0), free(want_add), free(bound_add);
+        }
         e->be->release(e->be, bx);
         e->be->release(e->be, by);
         e->be->release_weight(e->be, &wb);
@@ -407,6 +431,12 @@ static void test_matmul_multi(const struct be_entry *e) {
                                              {GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}};
     static const int64_t rows[3] = {40, 17, 130};
     static const int ns[] = {1, 3, 8, 17, 40};
+#ifdef STRATA_GPU
+    // one launch takes a set of weights of one type, its threads per row or
+    // rows per warp picked for all of them: fixed here, so that each weight's
+    // own product sums in the same order
+    if (e->gpu) gpu_backend_set_matvec_split(e->be, 32), gpu_backend_set_matvec_rows(e->be, 2);
+#endif
     const int before = test_n_fail;
     int cases = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++)
@@ -463,7 +493,74 @@ static void test_matmul_multi(const struct be_entry *e) {
                 free(x);
                 free(got);
             }
+#ifdef STRATA_GPU
+    if (e->gpu) gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0);
+#endif
     printf("  %s %s matmul_multi: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
+}
+
+// A norm or a gated activation followed by a product of its output: where the
+// backend writes the output's 8-bit form with it (the GPU), the product must
+// give the bits it gives on a fresh copy of that output (quantized on its
+// own); with disturb, an add into the output between the two must make the
+// product quantize it again.
+static bool fused_q8_case(const struct be_entry *e, bool glu, enum ggml_type t, int dim, int n,
+                          bool disturb) {
+    const size_t nn = (size_t)n * dim;
+    struct weight wn = make_weight(GGML_TYPE_F32, 1, dim), w = make_weight(t, 40, dim);
+    float *a = xmalloc_f(nn), *b = xmalloc_f(nn), *h = xmalloc_f(nn), *y1 = xmalloc_f((size_t)n * 40),
+          *y2 = xmalloc_f((size_t)n * 40);
+    fill_normal(a, nn);
+    fill_normal(b, nn);
+    bool ok = !e->be->prepare_weight(e->be, &wn) && !e->be->prepare_weight(e->be, &w);
+    float *ba = put(e->be, a, sizeof(float) * nn), *bb = put(e->be, b, sizeof(float) * nn);
+    float *bo = put(e->be, NULL, sizeof(float) * nn), *bo2 = put(e->be, NULL, sizeof(float) * nn);
+    float *by = put(e->be, NULL, sizeof(float) * (size_t)n * 40);
+    if (ok) {
+        if (glu)
+            e->be->glu(e->be, GLU_SILU, ba, bb, bo, n, dim, dim);
+        else
+            e->be->rms_norm(e->be, &wn, ba, bo, n, dim, 1e-5f);
+        if (disturb) e->be->add(e->be, bo, bb, (int64_t)nn);
+        e->be->matmul(e->be, &w, bo, by, n);
+        ok = get(e->be, y1, by, (size_t)n * 40) && get(e->be, h, bo, nn);
+        e->be->upload(e->be, bo2, h, sizeof(float) * nn);
+        e->be->matmul(e->be, &w, bo2, by, n);
+        ok = ok && get(e->be, y2, by, (size_t)n * 40) && !memcmp(y1, y2, sizeof(float) * (size_t)n * 40);
+    }
+    if (!ok)
+        printf("  FAIL %s %s then matmul %s dim=%d n=%d%s: not the bits of a fresh copy's product%s%s\n",
+               e->be->name, glu ? "glu" : "rms_norm", quant_name(t), dim, n, disturb ? " (add between)" : "",
+               st_last_error()[0] ? ": " : "", st_last_error());
+    e->be->release(e->be, ba), e->be->release(e->be, bb), e->be->release(e->be, bo);
+    e->be->release(e->be, bo2), e->be->release(e->be, by);
+    e->be->release_weight(e->be, &wn), e->be->release_weight(e->be, &w);
+    free((void *)wn.data), free((void *)w.data);
+    free(a), free(b), free(h), free(y1), free(y2);
+    return ok;
+}
+
+static void test_fused_q8(const struct be_entry *e) {
+    if (!e->gpu) { // the CPU backends quantize a product's input in the product
+        printf("  --   %s rms_norm, glu then matmul: no fused quantization to check\n", e->be->name);
+        return;
+    }
+    static const int shapes[][2] = {{96, 1}, {576, 3}, {4096, 1}, {12288, 2}, {512, 40}};
+    const int before = test_n_fail;
+    int cases = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int op = 0; op < 2; op++)
+            for (int disturb = 0; disturb < 2; disturb++) {
+                const int dim = shapes[k][0];
+                const enum ggml_type t = dim % 256 ? GGML_TYPE_Q4_0 : GGML_TYPE_Q6_K;
+                cases++;
+                if (fused_q8_case(e, op == 1, t, dim, shapes[k][1], disturb))
+                    test_n_pass++;
+                else
+                    test_n_fail++;
+            }
+    printf("  %s %s rms_norm, glu then matmul: %d cases\n", test_n_fail == before ? "ok  " : "FAIL",
+           e->be->name, cases);
 }
 
 static void test_get_rows(const struct be_entry *e) {
@@ -512,7 +609,9 @@ static void test_get_rows(const struct be_entry *e) {
 
 static void test_rms_norm(const struct be_entry *e) {
     const int before = test_n_fail;
-    static const int dims[] = {1, 7, 576, 4097};
+    // the GPU's forms: float4 rows kept in registers (4096; 64 as a per-head
+    // norm), rows longer than its registers hold (12288), and scalar rows
+    static const int dims[] = {1, 7, 64, 100, 576, 4096, 4097, 12288};
     for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
         for (int n = 1; n <= 3; n += 2) {
             const int dim = dims[k];
@@ -662,6 +761,69 @@ static void test_rope(const struct be_entry *e) {
 
 // One sequence, and three in one batch (their spans out of cache order, at
 // different positions), each in its own region of the caches.
+// rope_store (q and k rotated, k and v stored) against the reference's rope,
+// rope and kv_store: two sequences' rows, caches filled beforehand so that a
+// store to a wrong row shows.
+static void test_rope_store(const struct be_entry *e) {
+    if (!e->be->rope_store) {
+        printf("  --   %s rope_store: none (the forward pass calls rope, rope, kv_store)\n", e->be->name);
+        return;
+    }
+    const int before = test_n_fail;
+    static const int hds[] = {64, 40}, groups[][2] = {{8, 2}, {3, 3}, {4, 1}};
+    int cases = 0;
+    for (int kind = 0; kind < 2; kind++)
+        for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+            for (int partial = 0; partial < 2; partial++)
+                for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++, cases++) {
+                    const int hd = hds[hi], n_head = groups[gi][0], n_head_kv = groups[gi][1], n_ctx = 64;
+                    const int seq[2] = {1, 0}, pos0[2] = {5, 0}, ns[2] = {3, 1}, n = 4;
+                    struct rows_case rc = rows_make(e->be, 2, seq, pos0, ns, n_ctx);
+                    float ff[64];
+                    const struct rope_params rp = rope_variant(kind, hd, partial, 2 * (int)(gi % 2), ff);
+                    const int kv_dim = n_head_kv * hd;
+                    const size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kv_dim,
+                                 nc = 2 * (size_t)n_ctx * kv_dim;
+                    float *q = xmalloc_f(nq), *k = xmalloc_f(nk), *v = xmalloc_f(nk);
+                    float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *got = xmalloc_f(nc);
+                    fill_normal(q, nq), fill_normal(k, nk), fill_normal(v, nk);
+                    fill_normal(kc, nc), fill_normal(vc, nc);
+                    float *bq = put(e->be, q, nq * sizeof(float)), *bk = put(e->be, k, nk * sizeof(float));
+                    float *bv = put(e->be, v, nk * sizeof(float)), *bkc = put(e->be, kc, nc * sizeof(float));
+                    float *bvc = put(e->be, vc, nc * sizeof(float));
+                    // the reference on copies: the uploads may still be reading q, k, kc
+                    float *wq = xmalloc_f(nq), *wk = xmalloc_f(nk), *wkc = xmalloc_f(nc),
+                          *wvc = xmalloc_f(nc);
+                    memcpy(wq, q, nq * sizeof(float)), memcpy(wk, k, nk * sizeof(float));
+                    memcpy(wkc, kc, nc * sizeof(float)), memcpy(wvc, vc, nc * sizeof(float));
+                    ref->rope(ref, wq, &rc.on_ref, n_head, hd, &rp);
+                    ref->rope(ref, wk, &rc.on_ref, n_head_kv, hd, &rp);
+                    ref->kv_store(ref, wkc, wvc, wk, v, &rc.on_ref, kv_dim);
+                    e->be->rope_store(e->be, bq, bk, bv, bkc, bvc, &rc.on_be, n_head, n_head_kv, hd, &rp);
+                    char what[128];
+                    snprintf(what, sizeof what,
+                             "rope_store %s hd=%d n_dims=%d heads %d/%d: ", kind ? "neox" : "norm", hd,
+                             rp.n_dims, n_head, n_head_kv);
+                    const size_t wl = strlen(what);
+                    static const char *parts[] = {"q", "k cache", "v cache"};
+                    const float *bufs[] = {bq, bkc, bvc}, *wants[] = {wq, wkc, wvc};
+                    const size_t lens[] = {nq, nc, nc};
+                    for (int b = 0; b < 3; b++) {
+                        snprintf(what + wl, sizeof what - wl, "%s", parts[b]);
+                        if (get(e->be, got, bufs[b], lens[b]))
+                            compare(e->be->name, what, got, wants[b], NULL, lens[b], 1e-6, 1e-5, 1e-10);
+                        else
+                            test_n_fail++;
+                    }
+                    e->be->release(e->be, bq), e->be->release(e->be, bk), e->be->release(e->be, bv);
+                    e->be->release(e->be, bkc), e->be->release(e->be, bvc);
+                    rows_free(e->be, &rc);
+                    free(q), free(k), free(v), free(kc), free(vc), free(got);
+                    free(wq), free(wk), free(wkc), free(wvc);
+                }
+    printf("  %s %s rope_store: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
+}
+
 static void test_kv_store_attention(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256},
@@ -1215,7 +1377,9 @@ int main(int argc, char **argv) {
             test_rms_norm(e);
             test_matmul(e);
             test_matmul_multi(e);
+            test_fused_q8(e);
             test_rope(e);
+            test_rope_store(e);
             test_kv_store_attention(e);
             test_elementwise(e);
             test_moe(e);

@@ -29,6 +29,60 @@ struct gpu_mat {
     const uint8_t *rest; // quantized: [rows * cols/QK][rest bytes]; float types: NULL
 };
 
+// Matrices of one type and width that take the same input (Q, K and V; gate
+// and up), for one launch of a product: y[i] (n, w[i].rows) = x · w[i]ᵀ. The
+// launch gives member i the blocks start[i] .. start[i+1]-1 (gpu_set_blocks).
+#define GPU_SET_MAX 3
+struct gpu_mat_set {
+    gpu_mat w[GPU_SET_MAX];
+    float *y[GPU_SET_MAX];
+    unsigned start[GPU_SET_MAX];
+    int count; // 1 .. GPU_SET_MAX
+};
+
+// The set of one matrix.
+static inline gpu_mat_set gpu_set_one(const gpu_mat &w, float *y) {
+    gpu_mat_set s = {};
+    s.w[0] = w;
+    s.y[0] = y;
+    s.count = 1;
+    return s;
+}
+
+// Whether s's members are 1 .. GPU_SET_MAX matrices of one type, cols wide.
+static inline bool gpu_set_valid(const gpu_mat_set &s, int64_t cols) {
+    if (s.count < 1 || s.count > GPU_SET_MAX) return false;
+    for (int i = 0; i < s.count; i++)
+        if (s.w[i].type != s.w[0].type || s.w[i].cols != cols || s.w[i].rows < 1) return false;
+    return true;
+}
+
+// Cuts a launch of blocks of rows_per_block rows into the members' ranges
+// (s.start); returns the blocks of the whole launch.
+static inline unsigned gpu_set_blocks(gpu_mat_set &s, int64_t rows_per_block) {
+    unsigned b = 0;
+    for (int i = 0; i < GPU_SET_MAX; i++) {
+        s.start[i] = i < s.count ? b : 0xFFFFFFFFu;
+        if (i < s.count) b += (unsigned)((s.w[i].rows + rows_per_block - 1) / rows_per_block);
+    }
+    return b;
+}
+
+// The member block blockIdx.x belongs to (w, y); returns the block's index within it.
+static __device__ __forceinline__ unsigned gpu_set_member(const gpu_mat_set &s, gpu_mat &w, float *&y) {
+    w = s.w[0];
+    y = s.y[0];
+    unsigned start = 0;
+#pragma unroll
+    for (int i = 1; i < GPU_SET_MAX; i++)
+        if (blockIdx.x >= s.start[i]) {
+            w = s.w[i];
+            y = s.y[i];
+            start = s.start[i];
+        }
+    return blockIdx.x - start;
+}
+
 // Activations quantized in blocks of 32 (Q8_1-style): value ≈ d · q.
 struct gpu_q8 {
     const int8_t *qs; // (n, cols) int8
@@ -71,14 +125,17 @@ static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
 
 // --- row reductions -----------------------------------------------------------------
 
+// *y = v, or *y += v with add: a product's result, or a residual it adds to.
+static __device__ __forceinline__ void gpu_store(float *y, float v, bool add) { *y = add ? *y + v : v; }
+
 // The end of a matrix × vector kernel in which TPR consecutive threads share a
 // row (GPU_BLOCK threads a block): sums each thread's partial acc[t] over the
 // row's threads and has the row's first lane (lane 0) write y[t·rows + row]
-// for t < n, when the row is live. Every thread of the block must call it
+// (add to it, with add) for t < n, when the row is live. Every thread of the block must call it
 // (it may synchronise the block).
 template <int TPR, int NT>
 static __device__ __forceinline__ void gpu_rows_sum_store(float (&acc)[NT], int lane, bool live, int n,
-                                                          int64_t row, int64_t rows, float *y) {
+                                                          int64_t row, int64_t rows, float *y, bool add) {
     constexpr int WIDTH = TPR < ST_WARP_SIZE ? TPR : ST_WARP_SIZE;
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = st_warp_sum_f32(acc[t], WIDTH);
@@ -96,13 +153,13 @@ static __device__ __forceinline__ void gpu_rows_sum_store(float (&acc)[NT], int 
                 float s = 0.0f;
 #pragma unroll
                 for (int k = 0; k < W; k++) s += part[t][warp + k];
-                y[t * rows + row] = s;
+                gpu_store(y + t * rows + row, s, add);
             }
     } else {
         if (lane == 0 && live)
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (NT == 1 || t < n) y[t * rows + row] = acc[t];
+                if (NT == 1 || t < n) gpu_store(y + t * rows + row, acc[t], add);
     }
 }
 

@@ -6,8 +6,11 @@
 
 // out (n, dim) = act(g) · u over rows of g and u that start every `stride`
 // floats; act is an enum glu_act (SiLU or GELU, tanh form). out may be g when
-// stride = dim.
-void gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride, gpuStream_t s);
+// stride = dim. When qs is not NULL, dim is a multiple of 32, stride of 4 and
+// g, u, out are 16-byte aligned, out is also written quantized into qs (n,
+// dim) and ds (n, dim/32) as gpu_quantize_q8 writes it; returns whether it was.
+bool gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim, int stride, int8_t *qs,
+             float2 *ds, gpuStream_t s);
 // x (n) += y
 void gpu_add(float *x, const float *y, int64_t n, gpuStream_t s);
 // x (n) *= v

@@ -44,7 +44,8 @@ template <> struct gpu_wf<GGML_TYPE_BF16> {
 };
 
 template <int WT, int TPR, int NT, bool VEC>
-__global__ void __launch_bounds__(GPU_BLOCK) gemv_kernel(gpu_mat w, const float *x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    gemv_kernel(gpu_mat w, const float *x, float *y, int n, bool add) {
     using F = gpu_wf<WT>;
     const int lane = threadIdx.x % TPR;
     const int64_t row = (int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemv_kernel(gpu_mat w, const float 
             }
         }
     }
-    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y);
+    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y, add);
 }
 
 #define GEMM_BM 64
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemv_kernel(gpu_mat w, const float 
 #define GEMM_BK 16
 
 template <int WT>
-__global__ void __launch_bounds__(GPU_BLOCK) gemm_float_kernel(gpu_mat w, const float *x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK)
+    gemm_float_kernel(gpu_mat w, const float *x, float *y, int n, bool add) {
     using F = gpu_wf<WT>;
     __shared__ __align__(16) float ws[GEMM_BK][GEMM_BM + 4];
     __shared__ __align__(16) float xs[GEMM_BK][GEMM_BN + 4];
@@ -135,56 +137,56 @@ __global__ void __launch_bounds__(GPU_BLOCK) gemm_float_kernel(gpu_mat w, const 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int t = tok0 + 4 * tx + j;
-            if (row < w.rows && t < n) y[t * w.rows + row] = acc[i][j];
+            if (row < w.rows && t < n) gpu_store(y + t * w.rows + row, acc[i][j], add);
         }
     }
 }
 
 template <int WT, int TPR, int NT>
-static void gemv_launch(const gpu_mat &w, const float *x, float *y, int n, gpuStream_t s) {
+static void gemv_launch(const gpu_mat &w, const float *x, float *y, int n, bool add, gpuStream_t s) {
     const unsigned grid = (unsigned)gpu_cdiv(w.rows, GPU_BLOCK / TPR);
     if (w.cols % 8 == 0 && (uintptr_t)x % 16 == 0)
-        gemv_kernel<WT, TPR, NT, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+        gemv_kernel<WT, TPR, NT, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
     else
-        gemv_kernel<WT, TPR, NT, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+        gemv_kernel<WT, TPR, NT, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
     GPU_CHECK_LAUNCH();
 }
 
 template <int WT>
-static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s) {
+static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr, bool add, gpuStream_t s) {
     if (n > 8) {
         const dim3 grid((unsigned)gpu_cdiv(w.rows, GEMM_BM), (unsigned)gpu_cdiv(n, GEMM_BN));
-        gemm_float_kernel<WT><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+        gemm_float_kernel<WT><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
         GPU_CHECK_LAUNCH();
         return 0;
     }
     if (n == 1) {
         switch (tpr) {
         case 16:
-            gemv_launch<WT, 16, 1>(w, x, y, n, s);
+            gemv_launch<WT, 16, 1>(w, x, y, n, add, s);
             return 0;
         case 32:
-            gemv_launch<WT, 32, 1>(w, x, y, n, s);
+            gemv_launch<WT, 32, 1>(w, x, y, n, add, s);
             return 0;
         case 64:
-            gemv_launch<WT, 64, 1>(w, x, y, n, s);
+            gemv_launch<WT, 64, 1>(w, x, y, n, add, s);
             return 0;
         case 128:
-            gemv_launch<WT, 128, 1>(w, x, y, n, s);
+            gemv_launch<WT, 128, 1>(w, x, y, n, add, s);
             return 0;
         case 256:
-            gemv_launch<WT, 256, 1>(w, x, y, n, s);
+            gemv_launch<WT, 256, 1>(w, x, y, n, add, s);
             return 0;
         default:
             return -1;
         }
     }
     if (n == 2)
-        gemv_launch<WT, 32, 2>(w, x, y, n, s);
+        gemv_launch<WT, 32, 2>(w, x, y, n, add, s);
     else if (n <= 4)
-        gemv_launch<WT, 32, 4>(w, x, y, n, s);
+        gemv_launch<WT, 32, 4>(w, x, y, n, add, s);
     else
-        gemv_launch<WT, 32, 8>(w, x, y, n, s);
+        gemv_launch<WT, 32, 8>(w, x, y, n, add, s);
     return 0;
 }
 
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     } else if (live) {
         acc[0] = NAN;
     }
-    gpu_rows_sum_store<ID_TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows);
+    gpu_rows_sum_store<ID_TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows, false);
 }
 
 int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t *ids, int n, int k,
@@ -234,15 +236,15 @@ int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t 
     return 0;
 }
 
-int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, gpuStream_t s) {
+int gpu_gemv_float(const gpu_mat &w, const float *x, float *y, int n, int tpr, bool add, gpuStream_t s) {
     if (n < 1) return -1;
     switch (w.type) {
     case GGML_TYPE_F32:
-        return gemv_type<GGML_TYPE_F32>(w, x, y, n, tpr, s);
+        return gemv_type<GGML_TYPE_F32>(w, x, y, n, tpr, add, s);
     case GGML_TYPE_F16:
-        return gemv_type<GGML_TYPE_F16>(w, x, y, n, tpr, s);
+        return gemv_type<GGML_TYPE_F16>(w, x, y, n, tpr, add, s);
     case GGML_TYPE_BF16:
-        return gemv_type<GGML_TYPE_BF16>(w, x, y, n, tpr, s);
+        return gemv_type<GGML_TYPE_BF16>(w, x, y, n, tpr, add, s);
     default:
         return -1;
     }

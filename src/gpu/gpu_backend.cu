@@ -379,6 +379,45 @@ static void gb_get_rows(struct backend *be, const struct weight *emb, const int3
     take_error(g);
 }
 
+// The 8-bit cache's layout for x (n, cols): qs (n, cols), then ds.
+static size_t q8_qs_bytes(int n, int64_t cols) { return ((size_t)n * cols + 255) & ~(size_t)255; }
+
+static void q8_view(const struct gpu_be *g, int n, int64_t cols, gpu_q8 *q) {
+    q->qs = g->q8;
+    q->ds = (const float2 *)(g->q8 + q8_qs_bytes(n, cols));
+    q->cols = cols;
+}
+
+// The cache's buffers for the 8-bit form of x (n, cols) in *q, to be written
+// now (the cache holds nothing until q8_hold). false when they could not grow.
+static bool q8_slot(struct gpu_be *g, int n, int64_t cols, gpu_q8 *q) {
+    const size_t ds_bytes = (size_t)n * (cols / 32) * sizeof(float2);
+    g->q8_valid = false;
+    if (!grow(g, (void **)&g->q8, &g->q8_cap, q8_qs_bytes(n, cols) + ds_bytes)) return false;
+    q8_view(g, n, cols, q);
+    return true;
+}
+
+// The cache holds the 8-bit form of x (n, cols) from now on.
+static void q8_hold(struct gpu_be *g, const float *x, int n, int64_t cols) {
+    g->q8_src = x;
+    g->q8_n = n;
+    g->q8_cols = cols;
+    g->q8_valid = true;
+}
+
+// The 8-bit form of x (n, cols), quantized now or kept from the op that wrote x.
+static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t cols, gpu_q8 *q) {
+    if (g->q8_valid && g->q8_src == x && g->q8_n == n && g->q8_cols == cols) {
+        q8_view(g, n, cols, q);
+        return true;
+    }
+    if (!q8_slot(g, n, cols, q)) return false;
+    gpu_quantize_q8(x, (int8_t *)q->qs, (float2 *)q->ds, n, cols, g->stream);
+    q8_hold(g, x, n, cols);
+    return true;
+}
+
 static void gb_rms_norm(struct backend *be, const struct weight *w, const float *x, float *out, int n,
                         int dim, float eps) {
     struct gpu_be *g = gb(be);
@@ -390,27 +429,12 @@ static void gb_rms_norm(struct backend *be, const struct weight *w, const float 
                 quant_name(w->type), (long long)(w->cols * w->rows), dim);
         return;
     }
-    gpu_rms_norm(x, (const float *)dev, out, n, dim, eps, g->stream);
+    // the 8-bit form of out written with it, for the product that usually follows
+    gpu_q8 q = {NULL, NULL, dim};
+    if (dim % 32 || !q8_slot(g, n, dim, &q)) q.qs = NULL;
+    if (gpu_rms_norm(x, (const float *)dev, out, n, dim, eps, (int8_t *)q.qs, (float2 *)q.ds, g->stream))
+        q8_hold(g, out, n, dim);
     take_error(g);
-}
-
-// The 8-bit form of x (n, cols), quantized now or kept from the last product.
-static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t cols, gpu_q8 *q) {
-    const size_t qs_bytes = ((size_t)n * cols + 255) & ~(size_t)255;
-    const size_t ds_bytes = (size_t)n * (cols / 32) * sizeof(float2);
-    if (!(g->q8_valid && g->q8_src == x && g->q8_n == n && g->q8_cols == cols)) {
-        g->q8_valid = false;
-        if (!grow(g, (void **)&g->q8, &g->q8_cap, qs_bytes + ds_bytes)) return false;
-        gpu_quantize_q8(x, g->q8, (float2 *)(g->q8 + qs_bytes), n, cols, g->stream);
-        g->q8_src = x;
-        g->q8_n = n;
-        g->q8_cols = cols;
-        g->q8_valid = true;
-    }
-    q->qs = g->q8;
-    q->ds = (const float2 *)(g->q8 + qs_bytes);
-    q->cols = cols;
-    return true;
 }
 
 // y[0..n) was just written: the cached 8-bit activations are stale if they
@@ -422,37 +446,86 @@ static void written(struct gpu_be *g, const float *y, size_t n) {
     if (ys < xe && xs < ye) g->q8_valid = false;
 }
 
-// Threads per row for a matrix × vector of w.
-static int matvec_tpr(struct gpu_be *g, const gpu_mat &m) {
+// Threads per row for a matrix × vector of matrices like m with rows rows in all.
+static int matvec_tpr(struct gpu_be *g, const gpu_mat &m, int64_t rows) {
     if (g->tpr) return g->tpr;
     const int64_t items = m.rest ? gpu_mmvq_items_per_row(m.type, m.cols) : gpu_cdiv(m.cols, 8);
-    return gpu_pick_tpr(items, m.rows, g->n_sm);
+    return gpu_pick_tpr(items, rows, g->n_sm);
 }
 
-// y = x · wᵀ without touching the activation cache's validity.
-static int product(struct gpu_be *g, const struct weight *w, const float *x, float *y, int n) {
-    const gpu_mat m = gpu_mat_of(w->type, w->rows, w->cols, wdev(g, w));
-    if (!m.rest) return gpu_gemv_float(m, x, y, n, matvec_tpr(g, m), g->stream);
+// y[i] = x · w[i]ᵀ (+= with add) for n_w ≤ GPU_SET_MAX weights of one type and
+// width, one launch where a kernel takes them together; the activation cache
+// left valid. 0, or -1 for a product the kernels do not take.
+static int products(struct gpu_be *g, const struct weight *const *w, int n_w, const float *x, float *const *y,
+                    int n, bool add) {
+    gpu_mat_set set = {};
+    int64_t rows = 0;
+    for (int i = 0; i < n_w; i++) {
+        set.w[i] = gpu_mat_of(w[i]->type, w[i]->rows, w[i]->cols, wdev(g, w[i]));
+        rows += w[i]->rows;
+    }
+    set.count = n_w;
+    const gpu_mat &m = set.w[0];
+    if (!m.rest || n > GPU_MATVEC_MAX_BATCH) { // one launch a weight
+        gpu_q8 q;
+        if (m.rest && !quantized_input(g, x, n, m.cols, &q)) return 0; // the error is recorded
+        for (int i = 0; i < n_w; i++) {
+            const int rc = m.rest ? gpu_mmq(set.w[i], q, y[i], n, g->mma, add, g->stream)
+                                  : gpu_gemv_float(set.w[i], x, y[i], n,
+                                                   matvec_tpr(g, set.w[i], set.w[i].rows), add, g->stream);
+            if (rc) return rc;
+        }
+        return 0;
+    }
     gpu_q8 q;
-    if (!quantized_input(g, x, n, w->cols, &q)) return 0; // the error is recorded
-    if (n > GPU_MATVEC_MAX_BATCH) return gpu_mmq(m, q, y, n, g->mma, g->stream);
+    if (!quantized_input(g, x, n, m.cols, &q)) return 0;  // the error is recorded
     for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
-        const int rc = gpu_mmvq(m, qt, y + (int64_t)t0 * w->rows, nt, nt == 1 ? matvec_tpr(g, m) : 32,
-                                g->rpw ? g->rpw : gpu_pick_rpw(m.rows, g->n_sm), g->stream);
+        for (int i = 0; i < n_w; i++) set.y[i] = y[i] + (int64_t)t0 * set.w[i].rows;
+        const int rc = gpu_mmvq(set, qt, nt, nt == 1 ? matvec_tpr(g, m, rows) : 32,
+                                g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), add, g->stream);
         if (rc) return rc;
     }
     return 0;
 }
 
+static void matmul_fail(struct gpu_be *g, const struct weight *w, int n) {
+    op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported", w->name_len, wname(w),
+            quant_name(w->type), (long long)w->rows, (long long)w->cols, n);
+}
+
 static void gb_matmul(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
     struct gpu_be *g = gb(be);
     if (!on_device(g, w, "matmul")) return;
-    if (product(g, w, x, y, n))
-        op_fail(g, "matmul: weight %.*s (%s, %lld x %lld) with %d tokens is not supported", w->name_len,
-                wname(w), quant_name(w->type), (long long)w->rows, (long long)w->cols, n);
+    if (products(g, &w, 1, x, &y, n, false)) matmul_fail(g, w, n);
     written(g, y, (size_t)n * w->rows);
+    take_error(g);
+}
+
+static void gb_matmul_add(struct backend *be, const struct weight *w, const float *x, float *y, int n) {
+    struct gpu_be *g = gb(be);
+    if (!on_device(g, w, "matmul_add")) return;
+    if (products(g, &w, 1, x, &y, n, true)) matmul_fail(g, w, n);
+    written(g, y, (size_t)n * w->rows);
+    take_error(g);
+}
+
+// Consecutive weights of one quantized type go to the kernel together, up to
+// GPU_SET_MAX at a time.
+static void gb_matmul_multi(struct backend *be, const struct weight *const *w, int n_w, const float *x,
+                            float *const *y, int n) {
+    struct gpu_be *g = gb(be);
+    for (int i = 0; i < n_w; i++)
+        if (!on_device(g, w[i], "matmul")) return;
+    for (int i = 0; i < n_w;) {
+        int k = 1;
+        while (i + k < n_w && k < GPU_SET_MAX && w[i + k]->type == w[i]->type && w[i + k]->cols == w[i]->cols)
+            k++;
+        if (products(g, w + i, k, x, y + i, n, false)) matmul_fail(g, w[i], n);
+        i += k;
+    }
+    for (int i = 0; i < n_w; i++) written(g, y[i], (size_t)n * w[i]->rows);
     take_error(g);
 }
 
@@ -522,20 +595,36 @@ static const float2 *rope_table(struct gpu_be *g, const struct rope_params *rp, 
     return slot->cs;
 }
 
+// The RoPE table for rp up to position n_kv, or NULL with the error recorded
+// (rotated dimensions that do not fit the head, or no room for the table).
+static const float2 *rope_dims_table(struct gpu_be *g, const struct rope_params *rp, int head_dim, int n_kv) {
+    if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim) {
+        op_fail(g, "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. head_dim)",
+                rp->n_dims, head_dim);
+        return NULL;
+    }
+    return rope_table(g, rp, n_kv);
+}
+
 static void gb_rope(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                     const struct rope_params *rp) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    if (rp->n_dims < 2 || rp->n_dims % 2 || rp->n_dims > head_dim) {
-        op_fail(g,
-                "rope: %d rotated dimensions do not fit a head of %d (they must be even, 2 .. "
-                "head_dim)",
-                rp->n_dims, head_dim);
-        return;
-    }
-    const float2 *cs = rope_table(g, rp, r->n_kv);
+    const float2 *cs = rope_dims_table(g, rp, head_dim, r->n_kv);
     if (cs)
         gpu_rope(x, cs, r->pos, r->n, n_head, head_dim, rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
+    take_error(g);
+}
+
+static void gb_rope_store(struct backend *be, float *q, float *k, const float *v, float *k_cache,
+                          float *v_cache, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
+                          const struct rope_params *rp) {
+    struct gpu_be *g = gb(be);
+    g->q8_valid = false;
+    const float2 *cs = rope_dims_table(g, rp, head_dim, r->n_kv);
+    if (cs)
+        gpu_rope_store(q, k, v, k_cache, v_cache, cs, r->pos, r->base, r->n, n_head, n_head_kv, head_dim,
+                       rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
     take_error(g);
 }
 
@@ -601,7 +690,10 @@ static void gb_glu(struct backend *be, enum glu_act act, const float *gt, const 
                    int dim, int stride) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    gpu_glu(act, gt, u, out, n, dim, stride, g->stream);
+    gpu_q8 q = {NULL, NULL, dim}; // the 8-bit form of out with it, for the down product
+    if (dim % 32 || !q8_slot(g, n, dim, &q)) q.qs = NULL;
+    if (gpu_glu(act, gt, u, out, n, dim, stride, (int8_t *)q.qs, (float2 *)q.ds, g->stream))
+        q8_hold(g, out, n, dim);
     take_error(g);
 }
 
@@ -825,6 +917,9 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->get_rows = gb_get_rows;
     be->rms_norm = gb_rms_norm;
     be->matmul = gb_matmul;
+    be->matmul_add = gb_matmul_add;
+    be->matmul_multi = gb_matmul_multi;
+    be->rope_store = gb_rope_store;
     be->rope = gb_rope;
     be->kv_store = gb_kv_store;
     be->attention = gb_attention;
@@ -893,6 +988,10 @@ int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps) 
     return 0;
 }
 
+static int bench_product(struct gpu_be *g, const struct weight *w, const float *x, int n) {
+    return products(g, &w, 1, x, &g->bench_y, n, false);
+}
+
 int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, const float *x, int n, int reps,
                      bool graph, double *seconds) {
     struct gpu_be *g = gb(be);
@@ -907,14 +1006,14 @@ int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, con
         return take_error(g), st_fail("bench: %s", g->error);
     int rc = 0;
     // warm-up: also quantizes x, which the timed passes then reuse
-    for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
+    for (int i = 0; i < n_ws && !rc; i++) rc = bench_product(g, ws[i], x, n);
     if (GPU_CHECK(gpuStreamSynchronize(g->stream))) rc = -1;
     gpuGraph_t gr = NULL;
     gpuGraphExec_t ge = NULL;
     if (graph && !rc) {
         // the pass recorded once and replayed: what a decode step run as a graph sees
         if (GPU_CHECK(gpuStreamBeginCapture(g->stream, gpuStreamCaptureModeRelaxed))) rc = -1;
-        for (int i = 0; i < n_ws && !rc; i++) rc = product(g, ws[i], x, g->bench_y, n);
+        for (int i = 0; i < n_ws && !rc; i++) rc = bench_product(g, ws[i], x, n);
         if (GPU_CHECK(gpuStreamEndCapture(g->stream, &gr)) ||
             GPU_CHECK(gpuGraphInstantiateWithFlags(&ge, gr, 0)) || GPU_CHECK(gpuGraphLaunch(ge, g->stream)))
             rc = -1;
@@ -926,7 +1025,7 @@ int gpu_bench_matmul(struct backend *be, struct weight *const *ws, int n_ws, con
         float t = 0;
         GPU_CHECK(gpuEventRecord(e0, g->stream));
         if (ge) GPU_CHECK(gpuGraphLaunch(ge, g->stream));
-        for (int i = 0; i < n_ws && !rc && !ge; i++) rc = product(g, ws[i], x, g->bench_y, n);
+        for (int i = 0; i < n_ws && !rc && !ge; i++) rc = bench_product(g, ws[i], x, n);
         GPU_CHECK(gpuEventRecord(e1, g->stream));
         if (GPU_CHECK(gpuEventSynchronize(e1)) || GPU_CHECK(gpuEventElapsedTime(&t, e0, e1))) rc = -1;
         ms[r] = t;

@@ -109,7 +109,7 @@ static __device__ __forceinline__ void mmq_put_acts(mmq_smem<NG> &sh, int4 a, fl
 
 template <int T, bool MMA>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
-    mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+    mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n, bool add) {
     using Q = gpu_qt<T>;
     constexpr int G = Q::PAIRED ? 32 : 16; // elements sharing one weight (d, m)
     constexpr int NG = MMQ_BK / G;         // groups per step
@@ -261,26 +261,27 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
         for (int j = 0; j < 4; j++) {
             const int64_t row = row0 + (MMA ? wr + 16 * (i / 2) + 8 * (j / 2) + lg : ty + 16 * i);
             const int t = tok0 + (MMA ? wt + 8 * (i % 2) + 2 * lt + j % 2 : tx + 16 * j);
-            if (row < w.rows && t < n) y[t * w.rows + row] = acc[i][j];
+            if (row < w.rows && t < n) gpu_store(y + t * w.rows + row, acc[i][j], add);
         }
     }
 }
 
 template <int T>
-static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, gpuStream_t s) {
+static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, bool add,
+                       gpuStream_t s) {
     const dim3 grid((unsigned)gpu_cdiv(n, MMQ_BN), (unsigned)gpu_cdiv(w.rows, MMQ_BM));
     if (mma)
-        mmq_kernel<T, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+        mmq_kernel<T, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
     else
-        mmq_kernel<T, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+        mmq_kernel<T, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
     GPU_CHECK_LAUNCH();
 }
 
-int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, gpuStream_t s) {
+int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, bool add, gpuStream_t s) {
     if (n < 1 || x.cols != w.cols) return -1;
     switch (w.type) {
 #define F(T)                                                                                                 \
-    mmq_launch<T>(w, x, y, n, mma, s);                                                                       \
+    mmq_launch<T>(w, x, y, n, mma, add, s);                                                                  \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F

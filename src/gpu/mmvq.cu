@@ -13,17 +13,24 @@
 // over, and a large matrix took 6× its single-token time. Checked against the
 // reference by tests/test_ops.c over every type, ragged shapes, every TPR and
 // every RPW.
+//
+// A launch takes a set of up to GPU_SET_MAX matrices of one type and width
+// that share the input (Q, K and V; gate and up): its blocks are cut into one
+// range per matrix, each block finding its own, so the set costs one launch.
 #include <math.h>
 
 #include "mmvq.h"
 #include "quants.h"
 
 template <int T, int TPR, int NT>
-__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
     constexpr int U = 8 / Q::R; // chunks in flight per thread
+    gpu_mat w;
+    float *y;
+    const unsigned b = gpu_set_member(set, w, y);
     const int lane = threadIdx.x % TPR;
-    const int64_t row = (int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
+    const int64_t row = (int64_t)b * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const bool live = row < w.rows;
     const int64_t xblocks = x.cols / 32;
@@ -51,7 +58,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, fl
                 if (NT == 1 || t < n) acc[t] += gpu_chunk_dot<Q>(c, x.qs + t * x.cols, x.ds + t * xblocks);
         }
     }
-    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y);
+    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y, add);
 }
 
 // Several tokens (n ≤ NT): a group of 32 threads takes rows row0 .. row0 +
@@ -59,11 +66,14 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat w, gpu_q8 x, fl
 // loaded together, then each token's activation chunk is read once for all
 // of them. Rows past the end read the last row and store nothing.
 template <int T, int NT, int RPW>
-__global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat w, gpu_q8 x, float *y, int n) {
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
     constexpr int TPR = 32;
+    gpu_mat w;
+    float *y;
+    const unsigned b = gpu_set_member(set, w, y);
     const int lane = threadIdx.x % TPR;
-    const int64_t row0 = ((int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR) * RPW;
+    const int64_t row0 = ((int64_t)b * (GPU_BLOCK / TPR) + threadIdx.x / TPR) * RPW;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const int64_t xblocks = x.cols / 32;
     int64_t rk[RPW];
@@ -89,34 +99,34 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat w, gpu_q8 
     }
 #pragma unroll
     for (int k = 0; k < RPW; k++)
-        gpu_rows_sum_store<TPR, NT>(acc[k], lane, row0 + k < w.rows, n, row0 + k, w.rows, y);
+        gpu_rows_sum_store<TPR, NT>(acc[k], lane, row0 + k < w.rows, n, row0 + k, w.rows, y, add);
 }
 
 template <int T, int TPR, int NT>
-static void mmvq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
-    const int64_t grid = gpu_cdiv(w.rows, GPU_BLOCK / TPR);
-    mmvq_kernel<T, TPR, NT><<<(unsigned)grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+static void mmvq_launch(gpu_mat_set set, const gpu_q8 &x, int n, bool add, gpuStream_t s) {
+    const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / TPR);
+    mmvq_kernel<T, TPR, NT><<<grid, GPU_BLOCK, 0, s>>>(set, x, n, add);
     GPU_CHECK_LAUNCH();
 }
 
 template <int T, int NT, int RPW>
-static void mmvq_rows_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, gpuStream_t s) {
-    const int64_t grid = gpu_cdiv(w.rows, GPU_BLOCK / 32 * RPW);
-    mmvq_rows_kernel<T, NT, RPW><<<(unsigned)grid, GPU_BLOCK, 0, s>>>(w, x, y, n);
+static void mmvq_rows_launch(gpu_mat_set set, const gpu_q8 &x, int n, bool add, gpuStream_t s) {
+    const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / 32 * RPW);
+    mmvq_rows_kernel<T, NT, RPW><<<grid, GPU_BLOCK, 0, s>>>(set, x, n, add);
     GPU_CHECK_LAUNCH();
 }
 
 template <int T, int NT>
-static int mmvq_rows(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int rpw, gpuStream_t s) {
+static int mmvq_rows(const gpu_mat_set &set, const gpu_q8 &x, int n, int rpw, bool add, gpuStream_t s) {
     switch (rpw) {
     case 1:
-        mmvq_rows_launch<T, NT, 1>(w, x, y, n, s);
+        mmvq_rows_launch<T, NT, 1>(set, x, n, add, s);
         return 0;
     case 2:
-        mmvq_rows_launch<T, NT, 2>(w, x, y, n, s);
+        mmvq_rows_launch<T, NT, 2>(set, x, n, add, s);
         return 0;
     case 4:
-        mmvq_rows_launch<T, NT, 4>(w, x, y, n, s);
+        mmvq_rows_launch<T, NT, 4>(set, x, n, add, s);
         return 0;
     default:
         return -1;
@@ -124,31 +134,32 @@ static int mmvq_rows(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int rpw
 }
 
 template <int T>
-static int mmvq_type(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s) {
+static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool add,
+                     gpuStream_t s) {
     if (n == 1) {
         switch (tpr) {
         case 16:
-            mmvq_launch<T, 16, 1>(w, x, y, n, s);
+            mmvq_launch<T, 16, 1>(set, x, n, add, s);
             return 0;
         case 32:
-            mmvq_launch<T, 32, 1>(w, x, y, n, s);
+            mmvq_launch<T, 32, 1>(set, x, n, add, s);
             return 0;
         case 64:
-            mmvq_launch<T, 64, 1>(w, x, y, n, s);
+            mmvq_launch<T, 64, 1>(set, x, n, add, s);
             return 0;
         case 128:
-            mmvq_launch<T, 128, 1>(w, x, y, n, s);
+            mmvq_launch<T, 128, 1>(set, x, n, add, s);
             return 0;
         case 256:
-            mmvq_launch<T, 256, 1>(w, x, y, n, s);
+            mmvq_launch<T, 256, 1>(set, x, n, add, s);
             return 0;
         default:
             return -1;
         }
     }
-    if (n == 2) return mmvq_rows<T, 2>(w, x, y, n, rpw, s);
-    if (n <= 4) return mmvq_rows<T, 4>(w, x, y, n, rpw, s);
-    if (n <= GPU_MMVQ_MAX_TOKENS) return mmvq_rows<T, 8>(w, x, y, n, rpw, s);
+    if (n == 2) return mmvq_rows<T, 2>(set, x, n, rpw, add, s);
+    if (n <= 4) return mmvq_rows<T, 4>(set, x, n, rpw, add, s);
+    if (n <= GPU_MMVQ_MAX_TOKENS) return mmvq_rows<T, 8>(set, x, n, rpw, add, s);
     return -1;
 }
 
@@ -178,7 +189,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_id_kernel(gpu_mat w, gpu_q8 x,
     } else if (live) {
         acc[0] = NAN;
     }
-    gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows);
+    gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, r, rows, y + (int64_t)pair * rows, false);
 }
 
 int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids, int n, int k, int x_slots,
@@ -224,10 +235,10 @@ int gpu_pick_rpw(int64_t rows, int n_sm) {
     return rpw;
 }
 
-int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s) {
-    if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || x.cols != w.cols) return -1;
-    switch (w.type) {
-#define F(T) return mmvq_type<T>(w, x, y, n, tpr, rpw, s)
+int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool add, gpuStream_t s) {
+    if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || !gpu_set_valid(set, x.cols)) return -1;
+    switch (set.w[0].type) {
+#define F(T) return mmvq_type<T>(set, x, n, tpr, rpw, add, s)
         GPU_QTYPE_CASES(F)
 #undef F
     default:

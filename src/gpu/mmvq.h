@@ -7,11 +7,12 @@
 // Tokens one mmvq launch takes; larger batches go to mmq.
 #define GPU_MMVQ_MAX_TOKENS 8
 
-// y (n, w.rows) = x (n, w.cols) · wᵀ: when n = 1 with tpr threads per row (16,
-// 32, 64, 128 or 256); when n > 1 with 32 threads for every rpw rows (1, 2 or
-// 4). Returns 0 once enqueued on s, -1 for a type, n, tpr or rpw it does not
-// take (nothing enqueued).
-int gpu_mmvq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, int tpr, int rpw, gpuStream_t s);
+// y[i] (n, rows) = x (n, cols) · w[i]ᵀ for every member of the set (one
+// launch): when n = 1 with tpr threads per row (16, 32, 64, 128 or 256); when
+// n > 1 with 32 threads for every rpw rows (1, 2 or 4); with add, y[i] += the
+// product instead. Returns 0 once enqueued on s, -1 for a set, type, n, tpr
+// or rpw it does not take (nothing enqueued).
+int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool add, gpuStream_t s);
 
 // The expert products of backend.h's matmul_id: w is n_exp matrices stacked
 // (w.rows = n_exp · rows); y (n, k, rows), pair (t, s) the product of expert

@@ -1,5 +1,7 @@
 // quantize.cu: activation quantization for the integer dot products (mmvq,
 // mmq): 8 threads per block of 32 values, 4 values each.
+#include <math.h>
+
 #include "quantize.h"
 
 __global__ void __launch_bounds__(GPU_BLOCK)
@@ -16,19 +18,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
         else
             v = make_float4(p[0], p[1], p[2], p[3]);
     }
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    amax = st_warp_max_f32(amax, 8);
-    const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    const int q0 = (int)roundf(v.x * id), q1 = (int)roundf(v.y * id);
-    const int q2 = (int)roundf(v.z * id), q3 = (int)roundf(v.w * id);
-    const int sum = st_warp_sum_i32(q0 + q1 + q2 + q3, 8);
-    if (live) {
-        *(uint32_t *)(qs + blk * 32 + sub * 4) = (uint32_t)(q0 & 0xff) | ((uint32_t)(q1 & 0xff) << 8) |
-                                                 ((uint32_t)(q2 & 0xff) << 16) |
-                                                 ((uint32_t)(q3 & 0xff) << 24);
-        if (sub == 0) ds[blk] = make_float2(d, d * (float)sum);
-    }
+    gpu_q8_store4(v, live, qs, ds, blk, sub);
 }
 
 void gpu_quantize_q8(const float *x, int8_t *qs, float2 *ds, int n, int64_t cols, gpuStream_t s) {

@@ -214,16 +214,32 @@ static void linears(struct backend *be, const struct weight *const *w, const str
         if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
 }
 
-// out (n, n_embd): the dense feed-forward of h (n, n_embd), through hb, hb2.
+// x (n, w.rows) += h·wᵀ, in one op where the backend has it.
+static void matmul_add(struct context *c, const struct weight *w, const float *h, float *x, float *tmp,
+                       int n) {
+    struct backend *be = c->be;
+    if (be->matmul_add) {
+        be->matmul_add(be, w, h, x, n);
+        return;
+    }
+    be->matmul(be, w, h, tmp, n);
+    be->add(be, x, tmp, (int64_t)n * w->rows);
+}
+
+// out (n, n_embd) = the dense feed-forward of h (n, n_embd), through hb, hb2;
+// with add, out += it instead (out then not h; xb may be overwritten).
 static void ffn_dense(struct context *c, const struct weight *gate, const struct weight *up,
-                      const struct weight *down, const float *h, float *out, int n) {
+                      const struct weight *down, const float *h, float *out, int n, bool add) {
     struct backend *be = c->be;
     const int F = (int)gate->rows;
     const struct weight *gu[2] = {gate, up};
     float *const out_gu[2] = {c->hb, c->hb2};
     linears(be, gu, NULL, 2, h, out_gu, n);
     be->glu(be, c->model->hp.act, c->hb, c->hb2, c->hb, n, F, F);
-    be->matmul(be, down, c->hb, out, n);
+    if (add)
+        matmul_add(c, down, c->hb, out, c->xb, n); // h (xb) is no longer needed
+    else
+        be->matmul(be, down, c->hb, out, n);
 }
 
 // xb (n, n_embd) = the expert feed-forward of xb: the shared expert first
@@ -233,7 +249,7 @@ static void ffn_experts(struct context *c, const struct layer_weights *L, int n)
     const struct model_hparams *hp = &c->model->hp;
     const int k = hp->n_expert_used, F = hp->n_ff_exp, E = hp->n_embd;
     if (weight_present(&L->gate_shexp)) {
-        ffn_dense(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, c->xb, c->xb2, n);
+        ffn_dense(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, c->xb, c->xb2, n, false);
         if (weight_present(&L->gate_inp_shexp)) { // xb2 ·= sigmoid(h·w)
             const struct moe_params gate = {1, 1, MOE_GATING_SIGMOID, false, 1.0f};
             be->matmul(be, &L->gate_inp_shexp, c->xb, c->moe_logits, n);
@@ -285,9 +301,14 @@ static void attention_rows(struct context *c, const struct batch_rows *r, int l)
     const struct layer_weights *L = &c->model->layers[l];
     const int hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
     const struct rope_params *rp = &c->rope[L->swa];
-    be->rope(be, c->q, r, hp->n_head, hd, rp);
-    be->rope(be, c->k, r, hp->n_head_kv, hd, rp);
-    be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, r, kv_dim);
+    if (be->rope_store) {
+        be->rope_store(be, c->q, c->k, c->v, c->k_cache[l], c->v_cache[l], r, hp->n_head, hp->n_head_kv, hd,
+                       rp);
+    } else {
+        be->rope(be, c->q, r, hp->n_head, hd, rp);
+        be->rope(be, c->k, r, hp->n_head_kv, hd, rp);
+        be->kv_store(be, c->k_cache[l], c->v_cache[l], c->k, c->v, r, kv_dim);
+    }
     be->attention(be, c->q, c->k_cache[l], c->v_cache[l], c->att, r, hp->n_head, hp->n_head_kv, hd,
                   &c->attn[L->swa]);
 }
@@ -317,19 +338,25 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
         }
         attention_rows(c, rows, l);
-        linear(be, &L->wo, &L->bo, c->att, c->xb, n);
-        if (weight_present(&L->attn_post_norm))
-            be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
-        be->add(be, c->x, c->xb, nE);
+        if (!weight_present(&L->bo) && !weight_present(&L->attn_post_norm)) {
+            matmul_add(c, &L->wo, c->att, c->x, c->xb, n); // the residual add in the product
+        } else {
+            linear(be, &L->wo, &L->bo, c->att, c->xb, n);
+            if (weight_present(&L->attn_post_norm))
+                be->rms_norm(be, &L->attn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
+            be->add(be, c->x, c->xb, nE);
+        }
         // feed-forward block
         be->rms_norm(be, &L->ffn_norm, c->x, c->xb, n, E, hp->norm_eps);
-        if (weight_present(&L->gate_inp))
+        const bool post = weight_present(&L->ffn_post_norm), experts = weight_present(&L->gate_inp);
+        if (experts)
             ffn_experts(c, L, n);
-        else
-            ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, c->xb, n);
-        if (weight_present(&L->ffn_post_norm))
-            be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
-        be->add(be, c->x, c->xb, nE);
+        else // without a post-norm the residual add is fused into the down product
+            ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, post ? c->xb : c->x, n, !post);
+        if (experts || post) {
+            if (post) be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
+            be->add(be, c->x, c->xb, nE);
+        }
     }
     if (c->hidden_out) { // embeddings: every row's normed state, no output layer
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
