@@ -9,7 +9,9 @@
 #      the GPU in both builds;
 #   3. compute-sanitizer memcheck over the op harness's GPU cases;
 #   4. model parity: GPU logits and greedy tokens against the CPU backends, on
-#      the test model when present and on a synthetic model of its shape;
+#      the test model when present and on a synthetic model of its shape (and
+#      on the latter, 200 greedy steps with overlapped launches and graphs on
+#      against both off, to the bit);
 #      every architecture's F32 test model against llama.cpp's logits (files
 #      written by tests/reference/oracle_files.py into ORACLE_DIR), and each
 #      architecture in Q8_0 from strata synth against the CPU backends;
@@ -143,7 +145,22 @@ SYNTH="$LOG/synth.gguf"
 if "$NATIVE/strata" synth -o "$SYNTH" --shape smollm2-135m --type Q4_0 --embd-type Q8_0 \
     >"$LOG/synth.log" 2>&1; then
     parity synth-q4_0 "$SYNTH" 32 -a cpu -b cuda
-    rm -f "$SYNTH"
+    # overlapped launches and graphs change no arithmetic: 200 greedy steps
+    # with both on and with both off give the same logits, tokens and margins
+    toks=$(seq -s, 1 40)
+    for mode in on off; do
+        [ $mode = on ] && ov=1 || ov=0
+        STRATA_GPU_OVERLAP=$ov STRATA_GPU_GRAPHS=$ov "$NATIVE/tests/tool_logits" "$SYNTH" --tokens "$toks" \
+            --backend cuda --greedy 200 --out "$LOG/overlap-$mode.bin" >"$LOG/overlap-$mode.log" 2>&1
+    done
+    if cmp -s "$LOG/overlap-on.bin" "$LOG/overlap-off.bin" &&
+        [ -n "$(grep -E '^(greedy|margins)' "$LOG/overlap-on.log")" ] &&
+        [ "$(grep -E '^(greedy|margins)' "$LOG/overlap-on.log")" = "$(grep -E '^(greedy|margins)' "$LOG/overlap-off.log")" ]; then
+        row "overlap, graphs" ok "on and off: prompt logits equal to the bit, 200 greedy tokens and margins equal"
+    else
+        row "overlap, graphs" FAIL "on and off differ, see overlap-on.log, overlap-off.log"
+    fi
+    rm -f "$SYNTH" "$LOG"/overlap-*.bin
 else
     row "parity synth" FAIL "strata synth failed, see synth.log"
 fi

@@ -12,6 +12,7 @@ static __device__ __forceinline__ void argmax_pick(float &v, int &i, float ov, i
 }
 
 __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *x, int n, int32_t *out) {
+    st_launch_begin();
     float v = -INFINITY;
     int idx = n; // past the end: loses every tie
     for (int i = threadIdx.x; i < n; i += ARGMAX_THREADS)
@@ -33,6 +34,6 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *x, 
 }
 
 void gpu_argmax(const float *x, int n, int32_t *out, gpuStream_t s) {
-    argmax_kernel<<<1, ARGMAX_THREADS, 0, s>>>(x, n, out);
+    ST_LAUNCH(argmax_kernel, 1, ARGMAX_THREADS, 0, s, x, n, out);
     GPU_CHECK_LAUNCH();
 }

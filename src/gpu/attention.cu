@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, const int32_t *pos,
                 const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk, int n_split,
                 float scale, float softcap, int window) {
+    st_launch_begin();
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_tile_kernel(const float *q, const float *kc, const float *vc, float *out, int base, int p0, int nr,
                      int n_head, int group, int hd, int kv_dim, int qr, float scale, float softcap,
                      int window) {
+    st_wait_prior(); // as mmq_kernel: the kernel after starts when this one ends
     constexpr int W = ST_WARP_SIZE, NW = ATT_THREADS / W, P = ATT_TILE_PAIRS;
     constexpr int NV = (MAXD + W - 1) / W, KLD = MAXD + 4; // KLD: key rows spread over the banks
     __shared__ __align__(16) float qs[NW][P][MAXD];        // the warps' queries, scaled
@@ -223,6 +225,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 __global__ void __launch_bounds__(GPU_BLOCK)
     attn_merge_kernel(const float *part, float *out, int n_head, int hd, int n_split) {
+    st_launch_begin();
     const int64_t qi = (int64_t)blockIdx.y * n_head + blockIdx.x;
     const float *p = part + qi * n_split * (hd + 2);
     float mx = -INFINITY;
@@ -258,6 +261,7 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split) {
 __global__ void __launch_bounds__(GPU_BLOCK)
     kv_store_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
                     const int32_t *base, int kv_dim, int64_t total) {
+    st_launch_begin();
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (gid >= total) return;
     const int t = (int)(gid / kv_dim), d = (int)(gid % kv_dim);
@@ -270,8 +274,8 @@ void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const in
                   const int32_t *base, int n, int kv_dim, gpuStream_t s) {
     const int64_t total = (int64_t)n * kv_dim;
     if (total == 0) return;
-    kv_store_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(kc, vc, k, v, pos, base,
-                                                                               kv_dim, total);
+    ST_LAUNCH(kv_store_kernel, (unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s, kc, vc, k, v, pos, base,
+              kv_dim, total);
     GPU_CHECK_LAUNCH();
 }
 
@@ -281,12 +285,12 @@ static void attn_launch(const float *q, const float *k, const float *v, float *o
                         int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
     const int chunk = (int)gpu_cdiv(n_kv, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
-    attn_kernel<MAXD><<<grid, ATT_THREADS, 0, s>>>(q, k, v, out, part, pos, base, n_head, n_head / n_head_kv,
-                                                   hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap,
-                                                   ap.window);
+    ST_LAUNCH((attn_kernel<MAXD>), grid, ATT_THREADS, 0, s, q, k, v, out, part, pos, base, n_head,
+              n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
-        attn_merge_kernel<<<dim3((unsigned)n_head, (unsigned)n), 128, 0, s>>>(part, out, n_head, hd, n_split);
+        ST_LAUNCH(attn_merge_kernel, dim3((unsigned)n_head, (unsigned)n), 128, 0, s, part, out, n_head, hd,
+                  n_split);
         GPU_CHECK_LAUNCH();
     }
 }
@@ -298,8 +302,8 @@ static void attn_tile_launch(const float *q, const float *k, const float *v, flo
     const int group = n_head / n_head_kv;
     const int qr = group >= ATT_TILE_QUERIES ? 1 : ATT_TILE_QUERIES / group; // rows a block
     const dim3 grid((unsigned)n_head_kv, (unsigned)gpu_cdiv(nr, qr));
-    attn_tile_kernel<MAXD, KT><<<grid, ATT_THREADS, 0, s>>>(
-        q, k, v, out, base, p0, nr, n_head, group, hd, n_head_kv * hd, qr, ap.scale, ap.softcap, ap.window);
+    ST_LAUNCH((attn_tile_kernel<MAXD, KT>), grid, ATT_THREADS, 0, s, q, k, v, out, base, p0, nr, n_head,
+              group, hd, n_head_kv * hd, qr, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
 }
 

@@ -27,6 +27,7 @@ static __device__ __forceinline__ float act_of(int act, float v) {
 template <int ACT>
 __global__ void __launch_bounds__(GPU_BLOCK)
     glu_kernel(const float *g, const float *u, float *out, int64_t total, int dim, int stride) {
+    st_launch_begin();
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK) {
         const int64_t r = i / dim, c = i % dim, src = r * stride + c;
@@ -41,6 +42,7 @@ template <int ACT>
 __global__ void __launch_bounds__(GPU_BLOCK)
     glu_q8_kernel(const float *g, const float *u, float *out, int8_t *qs, float2 *ds, int64_t total4, int dim,
                   int stride) {
+    st_launch_begin();
     const int64_t i4 = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     const bool live = i4 < total4;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -55,18 +57,21 @@ __global__ void __launch_bounds__(GPU_BLOCK)
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK) add_kernel(float *x, const float *y, int64_t n) {
+    st_launch_begin();
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * GPU_BLOCK)
         x[i] += y[i];
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK) scale_kernel(float *x, int64_t n, float s) {
+    st_launch_begin();
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * GPU_BLOCK)
         x[i] *= s;
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK) softcap_kernel(float *x, int64_t n, float cap) {
+    st_launch_begin();
     const float inv = 1.0f / cap;
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * GPU_BLOCK)
@@ -75,6 +80,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) softcap_kernel(float *x, int64_t n,
 
 __global__ void __launch_bounds__(GPU_BLOCK)
     add_bias_kernel(float *x, const float *b, int64_t total, int dim) {
+    st_launch_begin();
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK)
         x[i] += b[i % dim];
@@ -94,13 +100,15 @@ bool gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim
     if (q8) {
         const unsigned grid = (unsigned)gpu_cdiv(total / 4, GPU_BLOCK);
         if (act == GLU_SILU)
-            glu_q8_kernel<GLU_SILU><<<grid, GPU_BLOCK, 0, s>>>(g, u, out, qs, ds, total / 4, dim, stride);
+            ST_LAUNCH((glu_q8_kernel<GLU_SILU>), grid, GPU_BLOCK, 0, s, g, u, out, qs, ds, total / 4, dim,
+                      stride);
         else
-            glu_q8_kernel<GLU_GELU><<<grid, GPU_BLOCK, 0, s>>>(g, u, out, qs, ds, total / 4, dim, stride);
+            ST_LAUNCH((glu_q8_kernel<GLU_GELU>), grid, GPU_BLOCK, 0, s, g, u, out, qs, ds, total / 4, dim,
+                      stride);
     } else if (act == GLU_SILU) {
-        glu_kernel<GLU_SILU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
+        ST_LAUNCH((glu_kernel<GLU_SILU>), ew_grid(total), GPU_BLOCK, 0, s, g, u, out, total, dim, stride);
     } else {
-        glu_kernel<GLU_GELU><<<ew_grid(total), GPU_BLOCK, 0, s>>>(g, u, out, total, dim, stride);
+        ST_LAUNCH((glu_kernel<GLU_GELU>), ew_grid(total), GPU_BLOCK, 0, s, g, u, out, total, dim, stride);
     }
     GPU_CHECK_LAUNCH();
     return q8;
@@ -108,25 +116,25 @@ bool gpu_glu(int act, const float *g, const float *u, float *out, int n, int dim
 
 void gpu_add(float *x, const float *y, int64_t n, gpuStream_t s) {
     if (n <= 0) return;
-    add_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, y, n);
+    ST_LAUNCH(add_kernel, ew_grid(n), GPU_BLOCK, 0, s, x, y, n);
     GPU_CHECK_LAUNCH();
 }
 
 void gpu_scale(float *x, int64_t n, float v, gpuStream_t s) {
     if (n <= 0) return;
-    scale_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, n, v);
+    ST_LAUNCH(scale_kernel, ew_grid(n), GPU_BLOCK, 0, s, x, n, v);
     GPU_CHECK_LAUNCH();
 }
 
 void gpu_softcap(float *x, int64_t n, float cap, gpuStream_t s) {
     if (n <= 0) return;
-    softcap_kernel<<<ew_grid(n), GPU_BLOCK, 0, s>>>(x, n, cap);
+    ST_LAUNCH(softcap_kernel, ew_grid(n), GPU_BLOCK, 0, s, x, n, cap);
     GPU_CHECK_LAUNCH();
 }
 
 void gpu_add_bias(float *x, const float *b, int n, int dim, gpuStream_t s) {
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return;
-    add_bias_kernel<<<ew_grid(total), GPU_BLOCK, 0, s>>>(x, b, total, dim);
+    ST_LAUNCH(add_bias_kernel, ew_grid(total), GPU_BLOCK, 0, s, x, b, total, dim);
     GPU_CHECK_LAUNCH();
 }

@@ -5,6 +5,7 @@
 
 template <int T>
 __global__ void __launch_bounds__(GPU_BLOCK) get_rows_q_kernel(gpu_mat w, const int32_t *tokens, float *out) {
+    st_launch_begin();
     using Q = gpu_qt<T>;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const int item = blockIdx.x * GPU_BLOCK + threadIdx.x;
@@ -25,6 +26,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) get_rows_q_kernel(gpu_mat w, const 
 
 template <int T>
 __global__ void __launch_bounds__(GPU_BLOCK) get_rows_f_kernel(gpu_mat w, const int32_t *tokens, float *out) {
+    st_launch_begin();
     const int64_t c = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (c >= w.cols) return;
     const int64_t row = tokens[blockIdx.y];
@@ -45,21 +47,21 @@ int gpu_get_rows(const gpu_mat &w, const int32_t *tokens, int n, float *out, gpu
     {                                                                                                        \
         const int64_t items = w.cols / gpu_qt<T>::QK * gpu_qt<T>::QI;                                        \
         const dim3 grid((unsigned)gpu_cdiv(items, GPU_BLOCK), (unsigned)n);                                  \
-        get_rows_q_kernel<T><<<grid, GPU_BLOCK, 0, s>>>(w, tokens, out);                                     \
+        ST_LAUNCH((get_rows_q_kernel<T>), grid, GPU_BLOCK, 0, s, w, tokens, out);                            \
     }
         GPU_QTYPE_CASES(F)
 #undef F
     case GGML_TYPE_F32:
-        get_rows_f_kernel<GGML_TYPE_F32>
-            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        ST_LAUNCH((get_rows_f_kernel<GGML_TYPE_F32>),
+                  dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s, w, tokens, out);
         break;
     case GGML_TYPE_F16:
-        get_rows_f_kernel<GGML_TYPE_F16>
-            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        ST_LAUNCH((get_rows_f_kernel<GGML_TYPE_F16>),
+                  dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s, w, tokens, out);
         break;
     case GGML_TYPE_BF16:
-        get_rows_f_kernel<GGML_TYPE_BF16>
-            <<<dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s>>>(w, tokens, out);
+        ST_LAUNCH((get_rows_f_kernel<GGML_TYPE_BF16>),
+                  dim3((unsigned)gpu_cdiv(w.cols, GPU_BLOCK), (unsigned)n), GPU_BLOCK, 0, s, w, tokens, out);
         break;
     default:
         return -1;

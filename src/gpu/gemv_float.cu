@@ -46,6 +46,7 @@ template <> struct gpu_wf<GGML_TYPE_BF16> {
 template <int WT, int TPR, int NT, bool VEC>
 __global__ void __launch_bounds__(GPU_BLOCK)
     gemv_kernel(gpu_mat w, const float *x, float *y, int n, bool add) {
+    st_launch_begin();
     using F = gpu_wf<WT>;
     const int lane = threadIdx.x % TPR;
     const int64_t row = (int64_t)blockIdx.x * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
@@ -95,6 +96,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
 template <int WT>
 __global__ void __launch_bounds__(GPU_BLOCK)
     gemm_float_kernel(gpu_mat w, const float *x, float *y, int n, bool add) {
+    st_launch_begin();
     using F = gpu_wf<WT>;
     __shared__ __align__(16) float ws[GEMM_BK][GEMM_BM + 4];
     __shared__ __align__(16) float xs[GEMM_BK][GEMM_BN + 4];
@@ -146,9 +148,9 @@ template <int WT, int TPR, int NT>
 static void gemv_launch(const gpu_mat &w, const float *x, float *y, int n, bool add, gpuStream_t s) {
     const unsigned grid = (unsigned)gpu_cdiv(w.rows, GPU_BLOCK / TPR);
     if (w.cols % 8 == 0 && (uintptr_t)x % 16 == 0)
-        gemv_kernel<WT, TPR, NT, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
+        ST_LAUNCH((gemv_kernel<WT, TPR, NT, true>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
     else
-        gemv_kernel<WT, TPR, NT, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
+        ST_LAUNCH((gemv_kernel<WT, TPR, NT, false>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
     GPU_CHECK_LAUNCH();
 }
 
@@ -156,7 +158,7 @@ template <int WT>
 static int gemv_type(const gpu_mat &w, const float *x, float *y, int n, int tpr, bool add, gpuStream_t s) {
     if (n > 8) {
         const dim3 grid((unsigned)gpu_cdiv(w.rows, GEMM_BM), (unsigned)gpu_cdiv(n, GEMM_BN));
-        gemm_float_kernel<WT><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
+        ST_LAUNCH((gemm_float_kernel<WT>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
         GPU_CHECK_LAUNCH();
         return 0;
     }
@@ -197,6 +199,7 @@ template <int WT>
 __global__ void __launch_bounds__(GPU_BLOCK)
     gemv_id_kernel(gpu_mat w, const float *x, float *y, const int32_t *ids, int k, int x_slots, int64_t rows,
                    int n_exp) {
+    st_launch_begin();
     using F = gpu_wf<WT>;
     const int pair = blockIdx.y, t = pair / k, slot = pair % k;
     const int e = ids[pair];
@@ -221,13 +224,16 @@ int gpu_gemv_float_id(const gpu_mat &w, const float *x, float *y, const int32_t 
     const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / ID_TPR), (unsigned)(n * k));
     switch (w.type) {
     case GGML_TYPE_F32:
-        gemv_id_kernel<GGML_TYPE_F32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        ST_LAUNCH((gemv_id_kernel<GGML_TYPE_F32>), grid, GPU_BLOCK, 0, s, w, x, y, ids, k, x_slots, rows,
+                  n_exp);
         break;
     case GGML_TYPE_F16:
-        gemv_id_kernel<GGML_TYPE_F16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        ST_LAUNCH((gemv_id_kernel<GGML_TYPE_F16>), grid, GPU_BLOCK, 0, s, w, x, y, ids, k, x_slots, rows,
+                  n_exp);
         break;
     case GGML_TYPE_BF16:
-        gemv_id_kernel<GGML_TYPE_BF16><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);
+        ST_LAUNCH((gemv_id_kernel<GGML_TYPE_BF16>), grid, GPU_BLOCK, 0, s, w, x, y, ids, k, x_slots, rows,
+                  n_exp);
         break;
     default:
         return -1;

@@ -32,6 +32,7 @@ struct gpu_device_info {
     uint64_t total_bytes, free_bytes;
     bool has_code;   // this binary holds kernels the device runs, of its warp size
     bool has_mma_s8; // and they multiply int8 tiles on tensor cores (ST_HAS_MMA_S8)
+    bool has_pdl;    // and wait for the kernel before them, so launches may overlap (ST_HAS_PDL)
     enum gpu_policy policy;
     char note[320]; // why the policy is what it is, and what to do
 };

@@ -867,6 +867,8 @@ static void gb_free(struct backend *be) {
 
 // --- public entry points -----------------------------------------------------------------
 
+bool gpu_launch_overlap = false;
+
 // Tensor cores for prompt batches where the device has them, unless
 // STRATA_GPU_TENSOR_CORES=0.
 static bool mma_default(const struct gpu_be *g) {
@@ -934,6 +936,10 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->sync = gb_sync;
     be->graph_begin = gb_graph_begin;
     be->graph_end = gb_graph_end;
+    // launches overlap where the device's code waits for the kernel before
+    // (compat.h), unless STRATA_GPU_OVERLAP=0
+    const char *ov = getenv("STRATA_GPU_OVERLAP");
+    gpu_launch_overlap = info.has_pdl && !(ov && !strcmp(ov, "0"));
     const char *ge = getenv("STRATA_GPU_GRAPHS");
     g->graphs_off = ge && !strcmp(ge, "0");
     g->recording = -1;

@@ -110,6 +110,7 @@ static __device__ __forceinline__ void mmq_put_acts(mmq_smem<NG> &sh, int4 a, fl
 template <int T, bool MMA>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n, bool add) {
+    st_wait_prior(); // no early start for the kernel after: it would hold room the tiles use
     using Q = gpu_qt<T>;
     constexpr int G = Q::PAIRED ? 32 : 16; // elements sharing one weight (d, m)
     constexpr int NG = MMQ_BK / G;         // groups per step
@@ -271,9 +272,9 @@ static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool 
                        gpuStream_t s) {
     const dim3 grid((unsigned)gpu_cdiv(n, MMQ_BN), (unsigned)gpu_cdiv(w.rows, MMQ_BM));
     if (mma)
-        mmq_kernel<T, true><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
+        ST_LAUNCH((mmq_kernel<T, true>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
     else
-        mmq_kernel<T, false><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, n, add);
+        ST_LAUNCH((mmq_kernel<T, false>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
     GPU_CHECK_LAUNCH();
 }
 

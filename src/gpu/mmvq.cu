@@ -6,7 +6,9 @@
 // threads for long rows, fewer for short ones); a 256-thread block holds
 // 256/TPR rows. Lane l takes the row's chunks l, l + TPR, ... and loads U of
 // them before using any, so that every thread keeps several 16-byte loads in
-// flight. Several tokens (n = 2..8): 32 threads share RPW rows (1, 2 or 4),
+// flight. Both kernels ask for their first chunks before they wait for x
+// (compat.h's overlapping launches), so a product's weights start streaming
+// while the kernel before it still runs. Several tokens (n = 2..8): 32 threads share RPW rows (1, 2 or 4),
 // each loaded weight chunk serves every token and each loaded activation
 // chunk every one of the RPW rows; without that sharing the activations (8
 // tokens × 32 bytes for an 18-byte Q4_0 block) are read from cache many times
@@ -22,10 +24,14 @@
 #include "mmvq.h"
 #include "quants.h"
 
-template <int T, int TPR, int NT>
-__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
+// One token. Each lane asks for its first U chunks (into L2) before
+// st_wait_prior: where launches overlap (compat's ST_LAUNCH), the weights
+// stream in while the kernel before this one, which writes x, finishes.
+template <int T, int TPR>
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, bool add) {
     using Q = gpu_qt<T>;
     constexpr int U = 8 / Q::R; // chunks in flight per thread
+    st_launch_dependents();
     gpu_mat w;
     float *y;
     const unsigned b = gpu_set_member(set, w, y);
@@ -33,10 +39,12 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     const int64_t row = (int64_t)b * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const bool live = row < w.rows;
-    const int64_t xblocks = x.cols / 32;
-    float acc[NT];
+    if (live)
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+        for (int u = 0; u < U; u++)
+            if (lane + u * TPR < items) gpu_prefetch_item<Q>(w, row, lane + u * TPR);
+    st_wait_prior();
+    float acc[1] = {0.0f};
     if (live) {
         int it = lane;
         for (; it + (U - 1) * TPR < items; it += U * TPR) {
@@ -44,21 +52,15 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
 #pragma unroll
             for (int u = 0; u < U; u++) gpu_load_item<Q>(w, row, it + u * TPR, c[u]);
 #pragma unroll
-            for (int u = 0; u < U; u++)
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-                    if (NT == 1 || t < n)
-                        acc[t] += gpu_chunk_dot<Q>(c[u], x.qs + t * x.cols, x.ds + t * xblocks);
+            for (int u = 0; u < U; u++) acc[0] += gpu_chunk_dot<Q>(c[u], x.qs, x.ds);
         }
         for (; it < items; it += TPR) {
             gpu_chunk<Q::R> c;
             gpu_load_item<Q>(w, row, it, c);
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (NT == 1 || t < n) acc[t] += gpu_chunk_dot<Q>(c, x.qs + t * x.cols, x.ds + t * xblocks);
+            acc[0] += gpu_chunk_dot<Q>(c, x.qs, x.ds);
         }
     }
-    gpu_rows_sum_store<TPR, NT>(acc, lane, live, n, row, w.rows, y, add);
+    gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, row, w.rows, y, add);
 }
 
 // Several tokens (n ≤ NT): a group of 32 threads takes rows row0 .. row0 +
@@ -69,6 +71,7 @@ template <int T, int NT, int RPW>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
     constexpr int TPR = 32;
+    st_launch_dependents();
     gpu_mat w;
     float *y;
     const unsigned b = gpu_set_member(set, w, y);
@@ -84,6 +87,10 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, g
     for (int k = 0; k < RPW; k++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[k][t] = 0.0f;
+    if (lane < items)
+#pragma unroll
+        for (int k = 0; k < RPW; k++) gpu_prefetch_item<Q>(w, rk[k], lane);
+    st_wait_prior(); // as in mmvq_kernel
     for (int it = lane; it < items; it += TPR) {
         gpu_chunk<Q::R> c[RPW];
 #pragma unroll
@@ -102,17 +109,16 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, g
         gpu_rows_sum_store<TPR, NT>(acc[k], lane, row0 + k < w.rows, n, row0 + k, w.rows, y, add);
 }
 
-template <int T, int TPR, int NT>
-static void mmvq_launch(gpu_mat_set set, const gpu_q8 &x, int n, bool add, gpuStream_t s) {
+template <int T, int TPR> static void mmvq_launch(gpu_mat_set set, const gpu_q8 &x, bool add, gpuStream_t s) {
     const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / TPR);
-    mmvq_kernel<T, TPR, NT><<<grid, GPU_BLOCK, 0, s>>>(set, x, n, add);
+    ST_LAUNCH((mmvq_kernel<T, TPR>), grid, GPU_BLOCK, 0, s, set, x, add);
     GPU_CHECK_LAUNCH();
 }
 
 template <int T, int NT, int RPW>
 static void mmvq_rows_launch(gpu_mat_set set, const gpu_q8 &x, int n, bool add, gpuStream_t s) {
     const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / 32 * RPW);
-    mmvq_rows_kernel<T, NT, RPW><<<grid, GPU_BLOCK, 0, s>>>(set, x, n, add);
+    ST_LAUNCH((mmvq_rows_kernel<T, NT, RPW>), grid, GPU_BLOCK, 0, s, set, x, n, add);
     GPU_CHECK_LAUNCH();
 }
 
@@ -139,19 +145,19 @@ static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, in
     if (n == 1) {
         switch (tpr) {
         case 16:
-            mmvq_launch<T, 16, 1>(set, x, n, add, s);
+            mmvq_launch<T, 16>(set, x, add, s);
             return 0;
         case 32:
-            mmvq_launch<T, 32, 1>(set, x, n, add, s);
+            mmvq_launch<T, 32>(set, x, add, s);
             return 0;
         case 64:
-            mmvq_launch<T, 64, 1>(set, x, n, add, s);
+            mmvq_launch<T, 64>(set, x, add, s);
             return 0;
         case 128:
-            mmvq_launch<T, 128, 1>(set, x, n, add, s);
+            mmvq_launch<T, 128>(set, x, add, s);
             return 0;
         case 256:
-            mmvq_launch<T, 256, 1>(set, x, n, add, s);
+            mmvq_launch<T, 256>(set, x, add, s);
             return 0;
         default:
             return -1;
@@ -169,6 +175,7 @@ static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, in
 template <int T, int TPR>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_id_kernel(gpu_mat w, gpu_q8 x, float *y, const int32_t *ids,
                                                             int k, int x_slots, int64_t rows, int n_exp) {
+    st_launch_begin();
     using Q = gpu_qt<T>;
     const int pair = blockIdx.y, t = pair / k, slot = pair % k;
     const int e = ids[pair];
@@ -199,7 +206,7 @@ int gpu_mmvq_id(const gpu_mat &w, const gpu_q8 &x, float *y, const int32_t *ids,
     const dim3 grid((unsigned)gpu_cdiv(rows, GPU_BLOCK / 32), (unsigned)(n * k));
     switch (w.type) {
 #define F(T)                                                                                                 \
-    mmvq_id_kernel<T, 32><<<grid, GPU_BLOCK, 0, s>>>(w, x, y, ids, k, x_slots, rows, n_exp);                 \
+    ST_LAUNCH((mmvq_id_kernel<T, 32>), grid, GPU_BLOCK, 0, s, w, x, y, ids, k, x_slots, rows, n_exp);        \
     GPU_CHECK_LAUNCH();                                                                                      \
     return 0
         GPU_QTYPE_CASES(F)

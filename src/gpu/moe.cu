@@ -43,6 +43,7 @@ static __device__ float block_reduce(float v, int op, float *sv) {
 __global__ void __launch_bounds__(MOE_THREADS)
     moe_route_kernel(const float *logits, int ne, int k, int sigmoid, int norm, float scale, int32_t *ids,
                      float *weights) {
+    st_launch_begin();
     extern __shared__ float g[]; // [ne] gate values, then [ne] logits not yet taken
     __shared__ float sv[MOE_THREADS / 32];
     __shared__ int si[MOE_THREADS / 32];
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
 
 __global__ void __launch_bounds__(GPU_BLOCK)
     moe_combine_kernel(const float *y, const float *w, int k, int dim, float *out, int64_t total) {
+    st_launch_begin();
     for (int64_t i = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * GPU_BLOCK) {
         const int64_t t = i / dim, c = i % dim;
@@ -104,8 +106,8 @@ int gpu_moe_route(const float *logits, int n, const struct moe_params &mp, int32
         return -1;
     if (n <= 0) return 0;
     const size_t shared = sizeof(float) * 2 * (size_t)mp.n_expert;
-    moe_route_kernel<<<(unsigned)n, MOE_THREADS, shared, s>>>(
-        logits, mp.n_expert, mp.n_used, mp.gating == MOE_GATING_SIGMOID, mp.norm, mp.scale, ids, weights);
+    ST_LAUNCH(moe_route_kernel, (unsigned)n, MOE_THREADS, shared, s, logits, mp.n_expert, mp.n_used,
+              mp.gating == MOE_GATING_SIGMOID, mp.norm, mp.scale, ids, weights);
     GPU_CHECK_LAUNCH();
     return 0;
 }
@@ -114,7 +116,7 @@ void gpu_moe_combine(const float *y, const float *weights, int n, int k, int dim
     const int64_t total = (int64_t)n * dim;
     if (total <= 0) return;
     const int64_t g = gpu_cdiv(total, GPU_BLOCK);
-    moe_combine_kernel<<<(unsigned)(g < 65536 ? g : 65536), GPU_BLOCK, 0, s>>>(y, weights, k, dim, out,
-                                                                               total);
+    ST_LAUNCH(moe_combine_kernel, (unsigned)(g < 65536 ? g : 65536), GPU_BLOCK, 0, s, y, weights, k, dim, out,
+              total);
     GPU_CHECK_LAUNCH();
 }

@@ -6,6 +6,7 @@
 
 __global__ void __launch_bounds__(GPU_BLOCK)
     quantize_q8_kernel(const float *x, int8_t *qs, float2 *ds, int64_t n_blocks, bool aligned) {
+    st_launch_begin();
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     const int64_t blk = gid / 8;
     const int sub = (int)(gid % 8);
@@ -25,6 +26,6 @@ void gpu_quantize_q8(const float *x, int8_t *qs, float2 *ds, int n, int64_t cols
     const int64_t n_blocks = (int64_t)n * cols / 32;
     const int64_t grid = gpu_cdiv(n_blocks * 8, GPU_BLOCK);
     const bool aligned = (uintptr_t)x % 16 == 0;
-    quantize_q8_kernel<<<(unsigned)grid, GPU_BLOCK, 0, s>>>(x, qs, ds, n_blocks, aligned);
+    ST_LAUNCH(quantize_q8_kernel, (unsigned)grid, GPU_BLOCK, 0, s, x, qs, ds, n_blocks, aligned);
     GPU_CHECK_LAUNCH();
 }

@@ -374,6 +374,15 @@ static __device__ __forceinline__ void gpu_load_item(const gpu_mat &w, int64_t r
     Q::load(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
 }
 
+// Asks for chunk `item` of row `row` of w to be brought into the L2 cache
+// (st_prefetch_l2): its 16 bytes of bulk and the block's rest.
+template <class Q>
+static __device__ __forceinline__ void gpu_prefetch_item(const gpu_mat &w, int64_t row, int item) {
+    const int64_t blk = row * (w.cols / Q::QK) + item / Q::QI;
+    st_prefetch_l2(w.bulk + blk * Q::BULK + (item % Q::QI) * (Q::BULK / Q::QI));
+    st_prefetch_l2(w.rest + blk * Q::REST);
+}
+
 // acc + the dot product of 16 int8 weights (four to an int) with 16 int8 activations.
 static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int acc) {
     acc = st_dp4a(q[0], a.x, acc);

@@ -39,6 +39,7 @@ static __device__ __forceinline__ void rope_pair(float *x, const float2 *cs, con
 __global__ void __launch_bounds__(GPU_BLOCK)
     rope_kernel(float *x, const float2 *cs, const int32_t *pos, int n_head, int head_dim, int half, int neox,
                 int64_t total) {
+    st_launch_begin();
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (gid < total) rope_pair(x, cs, pos, n_head, head_dim, half, neox, gid);
 }
@@ -48,8 +49,8 @@ void gpu_rope(float *x, const float2 *cs, const int32_t *pos, int n, int n_head,
     const int half = n_dims / 2;
     const int64_t total = (int64_t)n * n_head * half;
     if (total == 0) return;
-    rope_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(x, cs, pos, n_head, head_dim, half,
-                                                                           neox, total);
+    ST_LAUNCH(rope_kernel, (unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s, x, cs, pos, n_head,
+              head_dim, half, neox, total);
     GPU_CHECK_LAUNCH();
 }
 
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
     rope_store_kernel(float *q, const float *k, const float *v, float *kc, float *vc, const float2 *cs,
                       const int32_t *pos, const int32_t *base, int n_head, int kv_dim, int head_dim, int half,
                       int neox, int64_t nq, int64_t total) {
+    st_launch_begin();
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (gid >= total) return;
     if (gid < nq) {
@@ -88,7 +90,7 @@ void gpu_rope_store(float *q, const float *k, const float *v, float *kc, float *
     const int half = n_dims / 2, kv_dim = n_head_kv * head_dim;
     const int64_t nq = (int64_t)n * n_head * half, total = nq + (int64_t)n * kv_dim;
     if (total == 0) return;
-    rope_store_kernel<<<(unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s>>>(
-        q, k, v, kc, vc, cs, pos, base, n_head, kv_dim, head_dim, half, neox, nq, total);
+    ST_LAUNCH(rope_store_kernel, (unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s, q, k, v, kc, vc, cs,
+              pos, base, n_head, kv_dim, head_dim, half, neox, nq, total);
     GPU_CHECK_LAUNCH();
 }

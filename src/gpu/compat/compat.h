@@ -15,7 +15,10 @@
 //     st_warp_sum_i32 (full mask, explicit width);
 //   - st_spin_pause and the bounded spin ST_SPIN_UNTIL;
 //   - st_mma_s8_k32 / st_mma_s8_k16, a warp's int8 16 x 8 tile product
-//     (tensor cores where ST_HAS_MMA_S8, a shuffle twin elsewhere).
+//     (tensor cores where ST_HAS_MMA_S8, a shuffle twin elsewhere);
+//   - ST_LAUNCH, and st_launch_begin / st_launch_dependents / st_wait_prior
+//     in the kernels it launches: launches that may overlap the kernel before
+//     them where the target can (ST_HAS_PDL).
 // Nothing else in src/gpu may name a vendor: tools/check-compat enforces it.
 // docs/BACKENDS.md lists the targets and what each one does.
 #ifndef STRATA_GPU_COMPAT_H
@@ -69,6 +72,12 @@ __device__ constexpr int st_warp_size_device_only(void) { return ST_WARP_SIZE_HO
 // Records a GPU runtime failure as the backend's last error (defined by the GPU
 // backend, src/gpu/gpu_backend.cu). msg is copied; the caller keeps it.
 extern "C" void gpu_record_error(const char *msg);
+
+// Whether ST_LAUNCH lets a kernel start while the one before it on its stream
+// still runs (vendor_cuda.h); set by the GPU backend where the device runs code
+// with ST_HAS_PDL, unless STRATA_GPU_OVERLAP=0. The kernels so launched wait
+// for their inputs with st_wait_prior (intrinsics.h).
+extern bool gpu_launch_overlap;
 
 // GPU_CHECK(call): evaluates a gpu* runtime call once; on failure records
 // "<call> failed at <file>:<line>: <error name> (<error string>)" through

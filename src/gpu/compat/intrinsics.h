@@ -16,6 +16,8 @@
 //   shuffles       __shfl_*_sync, full  __shfl_* (non-sync)             __shfl_* (non-sync)
 //   st_mma_s8_k32  mma.sync m16n8k32    shuffles + st_dp4a              shuffles + st_dp4a
 //   st_mma_s8_k16  mma.sync m16n8k16    (sm_80+ only on CUDA; below, and in the portable build, the twin)
+//   st_wait_prior  griddepcontrol.wait  nothing                         nothing
+//                  (sm_90+; st_launch_dependents, st_launch_begin alike)
 #ifndef STRATA_GPU_COMPAT_INTRINSICS_H
 #define STRATA_GPU_COMPAT_INTRINSICS_H
 
@@ -261,6 +263,50 @@ static __device__ __forceinline__ void st_mma_s8_k16(int (&c)[4], const int (&a)
     const int a32[4] = {a[0], a[1], 0, 0}, b32[2] = {b[0], 0};
     st_mma_s8_k32(c, a32, b32);
 #endif
+}
+
+// --- kernels that overlap the one before them ----------------------------------------
+// On targets with programmatic dependent launch (CUDA sm_90+; not in the
+// portable build) a kernel launched with ST_LAUNCH while gpu_launch_overlap is
+// set may start while the kernel before it on its stream is still running.
+// Such a kernel calls st_launch_dependents() to let the kernel after it start
+// likewise, and st_wait_prior() before it reads memory an earlier kernel wrote
+// or writes memory an earlier kernel may read; before that it may only read
+// what no kernel writes (weights). st_launch_begin() does both at a kernel's
+// start. Elsewhere all three are no-ops and launches run one after another.
+// ST_HAS_PDL is 1 in the device code that waits; the host asks the probe
+// (gpu_device_info.has_pdl) before it sets gpu_launch_overlap.
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ST_HAS_PDL 1
+#else
+#define ST_HAS_PDL 0
+#endif
+
+static __device__ __forceinline__ void st_wait_prior(void) {
+#if defined(__CUDA_ARCH__) && ST_HAS_PDL
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void st_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && ST_HAS_PDL
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A hint that the line holding p will be read soon: brought into L2 on CUDA
+// (prefetch.global.L2), nothing elsewhere. p must point into an allocation.
+static __device__ __forceinline__ void st_prefetch_l2(const void *p) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+static __device__ __forceinline__ void st_launch_begin(void) {
+    st_launch_dependents();
+    st_wait_prior();
 }
 
 #endif

@@ -99,4 +99,25 @@
 #define gpuFuncSetAttribute cudaFuncSetAttribute
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 
+// --- launches -----------------------------------------------------------------------
+// ST_LAUNCH(kernel, grid, block, shared bytes, stream, arguments...): launches
+// the kernel (a name with template arguments goes in parentheses); with
+// gpu_launch_overlap (compat.h) as a programmatic dependent launch, which may
+// start before the kernel ahead of it on the stream has finished. The launch
+// error, if any, is left for gpuGetLastError.
+#define ST_LAUNCH(k, g, b, smem, s, ...)                                                                     \
+    do {                                                                                                     \
+        cudaLaunchAttribute st_attr_[1];                                                                     \
+        st_attr_[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;                                 \
+        st_attr_[0].val.programmaticStreamSerializationAllowed = gpu_launch_overlap ? 1 : 0;                 \
+        cudaLaunchConfig_t st_cfg_ = {};                                                                     \
+        st_cfg_.gridDim = dim3(g);                                                                           \
+        st_cfg_.blockDim = dim3(b);                                                                          \
+        st_cfg_.dynamicSmemBytes = (smem);                                                                   \
+        st_cfg_.stream = (s);                                                                                \
+        st_cfg_.attrs = st_attr_;                                                                            \
+        st_cfg_.numAttrs = 1;                                                                                \
+        (void)cudaLaunchKernelEx(&st_cfg_, k, __VA_ARGS__);                                                  \
+    } while (0)
+
 #endif

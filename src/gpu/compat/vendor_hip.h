@@ -132,4 +132,9 @@
 #define gpuFuncSetAttribute hipFuncSetAttribute
 #define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 
+// --- launches -----------------------------------------------------------------------
+// ST_LAUNCH(kernel, grid, block, shared bytes, stream, arguments...): a plain
+// launch; HIP has no launch that overlaps the kernel before it.
+#define ST_LAUNCH(k, g, b, smem, s, ...) (k)<<<(g), (b), (smem), (s)>>>(__VA_ARGS__)
+
 #endif
