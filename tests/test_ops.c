@@ -499,6 +499,42 @@ static void test_matmul_multi(const struct be_entry *e) {
     printf("  %s %s matmul_multi: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
 }
 
+// A product of the output of an op, held to the product of a fresh copy of
+// that output: the weight and the buffers are made before the op runs, since
+// allocating or uploading drops a GPU backend's cached 8-bit activations.
+struct fresh_product {
+    struct weight w; // 40 rows
+    float *bx2, *by; // the copy (n, w.cols) and the product (n, 40)
+    int n;
+};
+
+static bool fresh_begin(const struct be_entry *e, struct fresh_product *f, enum ggml_type t, int cols,
+                        int n) {
+    f->w = make_weight(t, 40, cols);
+    f->n = n;
+    f->bx2 = put(e->be, NULL, sizeof(float) * (size_t)n * cols);
+    f->by = put(e->be, NULL, sizeof(float) * (size_t)n * 40);
+    return !e->be->prepare_weight(e->be, &f->w);
+}
+
+// Whether the product of f->w by the backend buffer bx (the op's output, n
+// rows) has the bits of the product of a fresh copy of bx (one no op wrote,
+// so quantized by the product itself). Releases what fresh_begin made.
+static bool fresh_end(const struct be_entry *e, struct fresh_product *f, float *bx) {
+    const size_t nn = (size_t)f->n * f->w.cols, ny = (size_t)f->n * 40;
+    float *h = xmalloc_f(nn), *y1 = xmalloc_f(ny), *y2 = xmalloc_f(ny);
+    e->be->matmul(e->be, &f->w, bx, f->by, f->n);
+    bool ok = get(e->be, y1, f->by, ny) && get(e->be, h, bx, nn);
+    e->be->upload(e->be, f->bx2, h, sizeof(float) * nn);
+    e->be->matmul(e->be, &f->w, f->bx2, f->by, f->n);
+    ok = ok && get(e->be, y2, f->by, ny) && !memcmp(y1, y2, sizeof(float) * ny);
+    e->be->release(e->be, f->bx2), e->be->release(e->be, f->by);
+    e->be->release_weight(e->be, &f->w);
+    free((void *)f->w.data);
+    free(h), free(y1), free(y2);
+    return ok;
+}
+
 // A norm or a gated activation followed by a product of its output: where the
 // backend writes the output's 8-bit form with it (the GPU), the product must
 // give the bits it gives on a fresh copy of that output (quantized on its
@@ -507,36 +543,28 @@ static void test_matmul_multi(const struct be_entry *e) {
 static bool fused_q8_case(const struct be_entry *e, bool glu, enum ggml_type t, int dim, int n,
                           bool disturb) {
     const size_t nn = (size_t)n * dim;
-    struct weight wn = make_weight(GGML_TYPE_F32, 1, dim), w = make_weight(t, 40, dim);
-    float *a = xmalloc_f(nn), *b = xmalloc_f(nn), *h = xmalloc_f(nn), *y1 = xmalloc_f((size_t)n * 40),
-          *y2 = xmalloc_f((size_t)n * 40);
+    struct weight wn = make_weight(GGML_TYPE_F32, 1, dim);
+    float *a = xmalloc_f(nn), *b = xmalloc_f(nn);
     fill_normal(a, nn);
     fill_normal(b, nn);
-    bool ok = !e->be->prepare_weight(e->be, &wn) && !e->be->prepare_weight(e->be, &w);
+    struct fresh_product f;
+    bool ok = fresh_begin(e, &f, t, dim, n) && !e->be->prepare_weight(e->be, &wn);
     float *ba = put(e->be, a, sizeof(float) * nn), *bb = put(e->be, b, sizeof(float) * nn);
-    float *bo = put(e->be, NULL, sizeof(float) * nn), *bo2 = put(e->be, NULL, sizeof(float) * nn);
-    float *by = put(e->be, NULL, sizeof(float) * (size_t)n * 40);
-    if (ok) {
-        if (glu)
-            e->be->glu(e->be, GLU_SILU, ba, bb, bo, n, dim, dim);
-        else
-            e->be->rms_norm(e->be, &wn, ba, bo, n, dim, 1e-5f);
-        if (disturb) e->be->add(e->be, bo, bb, (int64_t)nn);
-        e->be->matmul(e->be, &w, bo, by, n);
-        ok = get(e->be, y1, by, (size_t)n * 40) && get(e->be, h, bo, nn);
-        e->be->upload(e->be, bo2, h, sizeof(float) * nn);
-        e->be->matmul(e->be, &w, bo2, by, n);
-        ok = ok && get(e->be, y2, by, (size_t)n * 40) && !memcmp(y1, y2, sizeof(float) * (size_t)n * 40);
-    }
+    float *bo = put(e->be, NULL, sizeof(float) * nn);
+    if (glu)
+        e->be->glu(e->be, GLU_SILU, ba, bb, bo, n, dim, dim);
+    else
+        e->be->rms_norm(e->be, &wn, ba, bo, n, dim, 1e-5f);
+    if (disturb) e->be->add(e->be, bo, bb, (int64_t)nn);
+    ok = fresh_end(e, &f, bo) && ok;
     if (!ok)
         printf("  FAIL %s %s then matmul %s dim=%d n=%d%s: not the bits of a fresh copy's product%s%s\n",
                e->be->name, glu ? "glu" : "rms_norm", quant_name(t), dim, n, disturb ? " (add between)" : "",
                st_last_error()[0] ? ": " : "", st_last_error());
     e->be->release(e->be, ba), e->be->release(e->be, bb), e->be->release(e->be, bo);
-    e->be->release(e->be, bo2), e->be->release(e->be, by);
-    e->be->release_weight(e->be, &wn), e->be->release_weight(e->be, &w);
-    free((void *)wn.data), free((void *)w.data);
-    free(a), free(b), free(h), free(y1), free(y2);
+    e->be->release_weight(e->be, &wn);
+    free((void *)wn.data);
+    free(a), free(b);
     return ok;
 }
 
@@ -891,6 +919,10 @@ static void test_kv_store_attention(const struct be_entry *e) {
                     for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
                         const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
                                                        opts[oi].softcap, opts[oi].window};
+                        // the output product follows, where the GPU writes the output's 8-bit form with it
+                        const bool product = e->gpu && oi == 0 && n_head * hd % 32 == 0;
+                        struct fresh_product f;
+                        const bool made = product && fresh_begin(e, &f, GGML_TYPE_Q4_0, n_head * hd, rows);
                         ref->attention(ref, q, kc, vc, want, &rc.on_ref, n_head, n_head_kv, hd, &ap);
                         poison(e->be, bo, nq);
                         e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd, &ap);
@@ -902,6 +934,15 @@ static void test_kv_store_attention(const struct be_entry *e) {
                             compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
                         else
                             test_n_fail++;
+                        if (product) {
+                            if (fresh_end(e, &f, bo) && made) {
+                                test_n_pass++;
+                            } else {
+                                test_n_fail++;
+                                printf("  FAIL %s %s, then matmul: not the bits of a fresh copy's product\n",
+                                       e->be->name, what);
+                            }
+                        }
                     }
                     void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
                     for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);

@@ -22,14 +22,15 @@
 #include <math.h>
 
 #include "attention.h"
+#include "quantize.h"
 
 #define ATT_THREADS 128
 
 template <int MAXD>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const float *q, const float *kc, const float *vc, float *out, float *part, const int32_t *pos,
-                const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk, int n_split,
-                float scale, float softcap, int window) {
+    attn_kernel(const float *q, const float *kc, const float *vc, float *out, int8_t *oq, float2 *od,
+                float *part, const int32_t *pos, const int32_t *base, int n_head, int group, int hd,
+                int kv_dim, int chunk, int n_split, float scale, float softcap, int window) {
     st_launch_begin();
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
@@ -93,13 +94,19 @@ __global__ void __launch_bounds__(ATT_THREADS)
         sum += sl[w] * f[w];
     }
     const int64_t qi = (int64_t)t * n_head + h;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    // the bound is the block's: the quantizing store shuffles
+    for (int d0 = 0; d0 < hd; d0 += ATT_THREADS) {
+        const int d = d0 + threadIdx.x;
+        const bool live = d < hd;
         float acc = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) acc += so[w][d] * f[w];
-        if (n_split == 1)
-            out[qi * hd + d] = acc / sum;
-        else
-            part[(qi * n_split + sp) * (hd + 2) + d] = acc;
+        if (live)
+            for (int w = 0; w < ATT_WARPS; w++) acc += so[w][d] * f[w];
+        if (n_split > 1) {
+            if (live) part[(qi * n_split + sp) * (hd + 2) + d] = acc;
+            continue;
+        }
+        if (live) out[qi * hd + d] = acc / sum;
+        if (oq) gpu_q8_store1(acc / sum, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
     }
     if (n_split > 1 && threadIdx.x == 0) {
         part[(qi * n_split + sp) * (hd + 2) + hd] = mx;
@@ -223,8 +230,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-__global__ void __launch_bounds__(GPU_BLOCK)
-    attn_merge_kernel(const float *part, float *out, int n_head, int hd, int n_split) {
+__global__ void __launch_bounds__(GPU_BLOCK) attn_merge_kernel(const float *part, float *out, int8_t *oq,
+                                                               float2 *od, int n_head, int hd, int n_split) {
     st_launch_begin();
     const int64_t qi = (int64_t)blockIdx.y * n_head + blockIdx.x;
     const float *p = part + qi * n_split * (hd + 2);
@@ -235,13 +242,17 @@ __global__ void __launch_bounds__(GPU_BLOCK)
         const float ms = p[s * (hd + 2) + hd];
         if (ms != -INFINITY) sum += p[s * (hd + 2) + hd + 1] * expf(ms - mx);
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    // the bound is the block's: the quantizing store shuffles
+    for (int d0 = 0; d0 < hd; d0 += blockDim.x) {
+        const int d = d0 + threadIdx.x;
+        const bool live = d < hd;
         float acc = 0.0f;
-        for (int s = 0; s < n_split; s++) {
+        for (int s = 0; s < n_split && live; s++) {
             const float ms = p[s * (hd + 2) + hd];
             if (ms != -INFINITY) acc += p[s * (hd + 2) + d] * expf(ms - mx);
         }
-        out[qi * hd + d] = acc / sum;
+        if (live) out[qi * hd + d] = acc / sum;
+        if (oq) gpu_q8_store1(acc / sum, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
     }
 }
 
@@ -280,17 +291,17 @@ void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const in
 }
 
 template <int MAXD>
-static void attn_launch(const float *q, const float *k, const float *v, float *out, float *part,
-                        const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head, int n_head_kv,
-                        int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
+static void attn_launch(const float *q, const float *k, const float *v, float *out, int8_t *oq, float2 *od,
+                        float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
+                        int n_head_kv, int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
     const int chunk = (int)gpu_cdiv(n_kv, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
-    ST_LAUNCH((attn_kernel<MAXD>), grid, ATT_THREADS, 0, s, q, k, v, out, part, pos, base, n_head,
+    ST_LAUNCH((attn_kernel<MAXD>), grid, ATT_THREADS, 0, s, q, k, v, out, oq, od, part, pos, base, n_head,
               n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
-        ST_LAUNCH(attn_merge_kernel, dim3((unsigned)n_head, (unsigned)n), 128, 0, s, part, out, n_head, hd,
-                  n_split);
+        ST_LAUNCH(attn_merge_kernel, dim3((unsigned)n_head, (unsigned)n), 128, 0, s, part, out, oq, od,
+                  n_head, hd, n_split);
         GPU_CHECK_LAUNCH();
     }
 }
@@ -323,19 +334,23 @@ int gpu_attention_run(const float *q, const float *k, const float *v, float *out
     return 0;
 }
 
-int gpu_attention(const float *q, const float *k, const float *v, float *out, float *part, const int32_t *pos,
-                  const int32_t *base, int n, int n_kv, int n_head, int n_head_kv, int head_dim, int n_split,
-                  const struct attn_params &ap, gpuStream_t s) {
+int gpu_attention(const float *q, const float *k, const float *v, float *out, int8_t *oq, float2 *od,
+                  float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
+                  int n_head_kv, int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s) {
     if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv != 0 ||
-        n_split < 1)
+        n_split < 1 || (oq && head_dim % GPU_Q8_BLOCK))
         return -1;
     if (head_dim <= 32)
-        attn_launch<32>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<32>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
+                        ap, s);
     else if (head_dim <= 64)
-        attn_launch<64>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<64>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
+                        ap, s);
     else if (head_dim <= 128)
-        attn_launch<128>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<128>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
+                         ap, s);
     else
-        attn_launch<256>(q, k, v, out, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_launch<256>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
+                         ap, s);
     return 0;
 }

@@ -636,23 +636,26 @@ static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, cons
     take_error(g);
 }
 
-// Attention of rows t0 .. t0+n-1 of r, one query row a block. Returns 0, -1
-// for arguments the kernel refuses, 1 when its scratch could not grow (the
-// error recorded).
+// Attention of rows t0 .. t0+n-1 on the row kernel, out's 8-bit form written
+// into oq (when oq.qs is not NULL) at the same rows. 0, -1 for arguments the
+// kernel refuses, 1 when its scratch could not grow (the error recorded).
 static int attention_rows(struct gpu_be *g, const float *q, const float *k_cache, const float *v_cache,
-                          float *out, const struct batch_rows *r, int t0, int n, int n_head, int n_head_kv,
-                          int head_dim, const struct attn_params *ap) {
+                          float *out, const gpu_q8 &oq, const struct batch_rows *r, int t0, int n, int n_head,
+                          int n_head_kv, int head_dim, const struct attn_params *ap) {
     const int splits = gpu_attention_splits(n, r->n_kv, n_head, g->n_sm);
     const size_t need = sizeof(float) * gpu_attention_scratch(n, n_head, head_dim, splits);
     if (need && !grow(g, (void **)&g->att_part, &g->att_cap, need)) return 1;
     const int64_t row = (int64_t)n_head * head_dim;
-    return gpu_attention(q + t0 * row, k_cache, v_cache, out + t0 * row, g->att_part, r->pos + t0,
+    int8_t *qs = oq.qs ? (int8_t *)oq.qs + t0 * row : NULL;
+    float2 *ds = oq.qs ? (float2 *)oq.ds + t0 * (row / 32) : NULL;
+    return gpu_attention(q + t0 * row, k_cache, v_cache, out + t0 * row, qs, ds, g->att_part, r->pos + t0,
                          r->base + t0, n, r->n_kv, n_head, n_head_kv, head_dim, splits, *ap, g->stream);
 }
 
 // Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
 // kernel, the rows between them (decode tokens) the row kernel, in one launch
-// for each stretch: a decode batch is one launch.
+// for each stretch: a decode batch is one launch. When the row kernel takes
+// the whole batch, it also writes out's 8-bit form for the output product.
 static void gb_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
@@ -660,6 +663,14 @@ static void gb_attention(struct backend *be, const float *q, const float *k_cach
     g->q8_valid = false;
     const bool tiles = head_dim % 4 == 0;
     const int64_t row = (int64_t)n_head * head_dim;
+    bool rows_only = true;
+    for (int t = 0; t < r->n && rows_only;) {
+        const int len = batch_run_length(r, t);
+        rows_only = !(tiles && len >= GPU_ATTN_TILE_MIN_ROWS);
+        t += len;
+    }
+    gpu_q8 oq = {NULL, NULL, row};
+    if (!rows_only || head_dim % 32 || !q8_slot(g, r->n, row, &oq)) oq.qs = NULL;
     int rc = 0;
     for (int t = 0; t < r->n && !rc;) {
         int len = batch_run_length(r, t);
@@ -675,7 +686,7 @@ static void gb_attention(struct backend *be, const float *q, const float *k_cach
             if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) break;
             e += len;
         }
-        rc = attention_rows(g, q, k_cache, v_cache, out, r, t, e - t, n_head, n_head_kv, head_dim, ap);
+        rc = attention_rows(g, q, k_cache, v_cache, out, oq, r, t, e - t, n_head, n_head_kv, head_dim, ap);
         t = e;
     }
     if (rc < 0)
@@ -683,6 +694,7 @@ static void gb_attention(struct backend *be, const float *q, const float *k_cach
                 "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
                 head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
+    if (!rc && oq.qs) q8_hold(g, out, r->n, row);
     take_error(g);
 }
 

@@ -31,4 +31,23 @@ static __device__ __forceinline__ void gpu_q8_store4(float4 v, bool live, int8_t
     }
 }
 
+// Values in a quantized block (gpu_quantize_q8's layout).
+#define GPU_Q8_BLOCK 32
+
+// Stores v, value sub of block blk, in gpu_quantize_q8's form, to the bit:
+// the GPU_Q8_BLOCK lanes of an aligned group (sub = lane % GPU_Q8_BLOCK) hold
+// one block. Every lane of the warp calls it (shuffles); lanes with live
+// false store nothing and must be whole groups.
+static __device__ __forceinline__ void gpu_q8_store1(float v, bool live, int8_t *qs, float2 *ds, int64_t blk,
+                                                     int sub) {
+    const float amax = st_warp_max_f32(fabsf(v), GPU_Q8_BLOCK);
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const int q = (int)roundf(v * id);
+    const int sum = st_warp_sum_i32(q, GPU_Q8_BLOCK);
+    if (!live) return;
+    qs[blk * GPU_Q8_BLOCK + sub] = (int8_t)q;
+    if (sub == 0) ds[blk] = make_float2(d, d * (float)sum);
+}
+
 #endif
