@@ -255,7 +255,7 @@ done
 echo
 DEVICE=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 [ "$GPU" = 1 ] && DEVICE="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), read ceiling $CEIL GB/s"
-echo "strata $(git rev-parse --short HEAD 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
+echo "strata $(git describe --always --dirty --abbrev=7 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
     "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $DEVICE"
 echo "pp$P / tg$N tok/s, mean ± sd of $R (best of $ROUNDS rounds); ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
 [ "$GPU" = 1 ] && echo "floor: tg of (weight bytes / read ceiling), the fraction of it each engine's tg reaches"
