@@ -106,6 +106,15 @@ uint64_t st_splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+bool st_env_switch(const char *name, bool def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    if (!strcmp(v, "0")) return false;
+    if (!strcmp(v, "1")) return true;
+    fprintf(stderr, "strata: %s=%s is not 0 or 1; ignored\n", name, v);
+    return def;
+}
+
 double st_time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -3,6 +3,7 @@
 #define STRATA_UTIL_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -43,6 +44,12 @@ uint16_t st_f32_to_bf16(float f);
 // splitmix64: advances *state and returns the next 64 random bits. Small and
 // fast; for seeding, synthetic data and test inputs, not for cryptography.
 uint64_t st_splitmix64(uint64_t *state);
+
+// --- switches --------------------------------------------------------------------
+// The on/off switch in environment variable name: def when it is unset or
+// empty, false for "0", true for "1"; any other value is reported on stderr
+// ("strata: NAME=value is not 0 or 1; ignored") and gives def.
+bool st_env_switch(const char *name, bool def);
 
 // --- time -----------------------------------------------------------------------
 // Monotonic seconds.

@@ -67,6 +67,9 @@ expect run_q4_k_m 0 "generated 4 tokens" -- run -m "$tmp/k.gguf" -p "hello" -n 4
 export STRATA_CPU_ISA=sse9
 expect cpu_isa_unknown 0 "STRATA_CPU_ISA=sse9 is not one of" -- run -m "$tmp/tiny.gguf" -p hi -n 1
 unset STRATA_CPU_ISA
+export STRATA_LOAD_PROGRESS=yes
+expect switch_not_0_or_1 0 "STRATA_LOAD_PROGRESS=yes is not 0 or 1; ignored" -- run -m "$tmp/tiny.gguf" -p hi -n 1
+unset STRATA_LOAD_PROGRESS
 
 # perplexity on the tiny model: a text of about 1,100 byte-level tokens
 i=0

@@ -191,8 +191,8 @@ int gpu_device_query(int index, struct gpu_device_info *o) {
     o->total_bytes = tot;
     classify(p, o);
     if (probe(o)) return -1;
-    const char *allow = getenv("STRATA_GPU_ALLOW_UNSUPPORTED");
-    if (o->policy == GPU_POLICY_UNSUPPORTED && o->has_code && allow && !strcmp(allow, "1")) {
+    if (o->policy == GPU_POLICY_UNSUPPORTED && o->has_code &&
+        st_env_switch("STRATA_GPU_ALLOW_UNSUPPORTED", false)) {
         o->policy = GPU_POLICY_UNVALIDATED;
         size_t len = strlen(o->note);
         snprintf(o->note + len, sizeof o->note - len, " (run anyway: STRATA_GPU_ALLOW_UNSUPPORTED=1)");

@@ -884,8 +884,7 @@ bool gpu_launch_overlap = false;
 // Tensor cores for prompt batches where the device has them, unless
 // STRATA_GPU_TENSOR_CORES=0.
 static bool mma_default(const struct gpu_be *g) {
-    const char *tc = getenv("STRATA_GPU_TENSOR_CORES");
-    return g->has_mma && !(tc && !strcmp(tc, "0"));
+    return g->has_mma && st_env_switch("STRATA_GPU_TENSOR_CORES", true);
 }
 
 struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
@@ -950,10 +949,8 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->graph_end = gb_graph_end;
     // launches overlap where the device's code waits for the kernel before
     // (compat.h), unless STRATA_GPU_OVERLAP=0
-    const char *ov = getenv("STRATA_GPU_OVERLAP");
-    gpu_launch_overlap = info.has_pdl && !(ov && !strcmp(ov, "0"));
-    const char *ge = getenv("STRATA_GPU_GRAPHS");
-    g->graphs_off = ge && !strcmp(ge, "0");
+    gpu_launch_overlap = info.has_pdl && st_env_switch("STRATA_GPU_OVERLAP", true);
+    g->graphs_off = !st_env_switch("STRATA_GPU_GRAPHS", true);
     g->recording = -1;
     return be;
 }

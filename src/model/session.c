@@ -79,8 +79,7 @@ void session_prefault(const struct model *m) {
     const uint8_t *map = f->map;
     const uint64_t size = f->size;
     const uint64_t chunk = (uint64_t)8 << 20, page = (uint64_t)sysconf(_SC_PAGESIZE);
-    const char *e = getenv("STRATA_LOAD_PROGRESS");
-    const bool tty = isatty(STDERR_FILENO), forced = e && !strcmp(e, "1");
+    const bool tty = isatty(STDERR_FILENO), forced = st_env_switch("STRATA_LOAD_PROGRESS", false);
     const char *name = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
     const double t0 = st_time_s();
     double t_drawn = 0;
