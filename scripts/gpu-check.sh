@@ -153,9 +153,9 @@ if "$NATIVE/strata" synth -o "$SYNTH" --shape smollm2-135m --type Q4_0 --embd-ty
         STRATA_GPU_OVERLAP=$ov STRATA_GPU_GRAPHS=$ov "$NATIVE/tests/tool_logits" "$SYNTH" --tokens "$toks" \
             --backend cuda --greedy 200 --out "$LOG/overlap-$mode.bin" >"$LOG/overlap-$mode.log" 2>&1
     done
-    if cmp -s "$LOG/overlap-on.bin" "$LOG/overlap-off.bin" &&
-        [ -n "$(grep -E '^(greedy|margins)' "$LOG/overlap-on.log")" ] &&
-        [ "$(grep -E '^(greedy|margins)' "$LOG/overlap-on.log")" = "$(grep -E '^(greedy|margins)' "$LOG/overlap-off.log")" ]; then
+    on=$(grep -E '^(greedy|margins)' "$LOG/overlap-on.log")
+    off=$(grep -E '^(greedy|margins)' "$LOG/overlap-off.log")
+    if cmp -s "$LOG/overlap-on.bin" "$LOG/overlap-off.bin" && [ -n "$on" ] && [ "$on" = "$off" ]; then
         row "overlap, graphs" ok "on and off: prompt logits equal to the bit, 200 greedy tokens and margins equal"
     else
         row "overlap, graphs" FAIL "on and off differ, see overlap-on.log, overlap-off.log"
