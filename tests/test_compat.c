@@ -6,6 +6,9 @@
 //   __byte_perm(x, y, s)  byte n = byte (s >> 4n) & 7 of {y, x}; bit 3 of each
 //                         nibble ignored (nvcc masks the selector with 0x7777)
 //   __vsub4, __vsubss4    per-byte wrapping / signed saturating subtraction
+//   st_dot16_swar         four chained __dp4a of 16 weight bytes within ±qmax
+//                         and 16 activations in [-127, 127], two products a
+//                         32-bit multiply
 //   a 16-entry byte table looked up per byte lane and per nibble (the IQ4
 //   codebook), both as the multiplexer tree and as byte permutes
 // and the AMD selector translation against a model of v_perm_b32 written from
@@ -306,6 +309,69 @@ static void test_swar_sub_random(void) {
     CHECK(bad == 0, "%ld random cases wrong", bad);
 }
 
+// --- the SWAR dot product ------------------------------------------------------------------
+// Weights within ±qmax (signed) or [0, qmax] (unsigned), activations in
+// [-127, 127], against four chained model __dp4a: every bound the
+// multiply-count rule allows, the extreme words (every byte at a bound, the
+// signs that make the upper half largest and the cross term most negative),
+// and random words; accumulators at the wrap edges.
+static uint32_t swar_byte(int sgn, int qmax, int pick) {
+    int v;
+    switch (pick) {
+    case 0:
+        v = qmax;
+        break;
+    case 1:
+        v = sgn ? -qmax : 0;
+        break;
+    case 2:
+        v = sgn ? (qmax == 128 ? -128 : -qmax) : qmax;
+        break;
+    default:
+        v = sgn ? (int)(rng_u32() % (uint32_t)(2 * qmax + 1)) - qmax
+                : (int)(rng_u32() % (uint32_t)(qmax + 1));
+    }
+    if (sgn && qmax == 128 && v == 128) v = 127;
+    return (uint32_t)v & 0xffu;
+}
+
+static void test_dot16_swar(void) {
+    static const int qmaxes[] = {1, 3, 4, 15, 16, 31, 32, 63, 64, 127, 128};
+    long bad = 0, cases = 0;
+    for (int sgn = 0; sgn < 2; sgn++)
+        for (size_t m = 0; m < sizeof qmaxes / sizeof qmaxes[0]; m++) {
+            const int qmax = qmaxes[m];
+            if (!sgn && qmax > 127) continue; // unsigned weights are below 128 (portable.h)
+            for (int rep = 0; rep < 20000; rep++) {
+                uint32_t q[4] = {0}, a[4] = {0}, y[8];
+                const int mode = rep < 16 ? rep % 4 : 3; // extremes first, then random
+                for (int i = 0; i < 4; i++)
+                    for (int b = 0; b < 4; b++) {
+                        q[i] |= swar_byte(sgn, qmax, mode) << (8 * b);
+                        int av = mode == 3 ? (int)(rng_u32() % 255u) - 127 : (rep / 4 % 2 ? 127 : -127);
+                        if (mode == 1 && b % 2) av = -av; // cross terms of both signs
+                        a[i] |= ((uint32_t)av & 0xffu) << (8 * b);
+                    }
+                for (int i = 0; i < 4; i++) st_swar_act(a[i], &y[2 * i], &y[2 * i + 1]);
+                const int32_t c = acc_cases[(size_t)rep % (sizeof acc_cases / sizeof acc_cases[0])];
+                int32_t want = c;
+                for (int i = 0; i < 4; i++) want = model_dp4a(q[i], a[i], want);
+                const int got = st_dot16_swar(q, y, sgn, qmax, c);
+                cases++;
+                if (got != want && bad++ == 0)
+                    CHECK(0, "dot16_swar (sgn %d, qmax %d, acc %d) q 0x%08x.. a 0x%08x..: %d, want %d", sgn,
+                          qmax, c, q[0], a[0], got, want);
+            }
+        }
+    CHECK(bad == 0, "%ld of %ld cases wrong", bad, cases);
+    // the rule itself: 8 products below |x| 16, one at 128
+    CHECK(st_swar_products(15) == 8 && st_swar_products(16) == 8 && st_swar_products(17) == 7,
+          "products per upper half: %d %d %d", st_swar_products(15), st_swar_products(16),
+          st_swar_products(17));
+    CHECK(st_swar_products(128) == 1 && st_swar_products(63) == 2, "products per upper half: %d %d",
+          st_swar_products(128), st_swar_products(63));
+}
+
 int main(void) {
     const char *env = getenv("STRATA_SEED");
     rng_state = env && *env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)clock();
@@ -320,5 +386,6 @@ int main(void) {
     RUN(test_lut16x8);
     RUN(test_swar_sub_exhaustive);
     RUN(test_swar_sub_random);
+    RUN(test_dot16_swar);
     TEST_END();
 }

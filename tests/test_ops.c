@@ -316,8 +316,11 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
     } else {
         float *bx = put(e->be, x, nx * sizeof(float)), *by = put(e->be, NULL, ny * sizeof(float));
         // the GPU's variants: every threads-per-row choice for single tokens,
-        // every rows-per-warp choice for several, and for prompt batches both
-        // forms of the tile product (tensor cores, or their twin, and dp4a)
+        // each with the dp4a and the SWAR dot product (the same integers: at a
+        // given threads per row the two results must be equal to the bit; the
+        // automatic choice may differ between them), every rows-per-warp choice
+        // for several, and for prompt batches both forms of the tile product
+        // (tensor cores, or their twin, and dp4a)
         static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4}, mmas[] = {-1, 1, 0};
         const bool tile = n > GPU_MATVEC_MAX_BATCH && !is_float_type(t);
         const int *var = n == 1 ? tprs : tile ? mmas : rpws;
@@ -326,30 +329,49 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                           : n == 1 ? (int)(sizeof tprs / sizeof *tprs)
                           : tile   ? (int)(sizeof mmas / sizeof *mmas)
                                    : (int)(sizeof rpws / sizeof *rpws);
-        for (int k = 0; k < n_var; k++) {
+        const int n_swar = e->gpu && n == 1 ? 2 : 1;
+        float *first = n_swar > 1 ? xmalloc_f(ny) : NULL;
+        for (int k = 0; k < n_var; k++)
+            for (int sw = 0; sw < n_swar; sw++) {
 #ifdef STRATA_GPU
-            if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k]);
-            if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
-            if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
+                if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k]);
+                if (e->gpu && n == 1) gpu_backend_set_matvec_swar(e->be, sw);
+                if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
+                if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
 #endif
-            poison(e->be, by, ny);
-            e->be->matmul(e->be, &wb, bx, by, n);
-            char what[128];
-            if (n_var == 1)
-                snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", quant_name(t), (long long)rows,
-                         (long long)cols, n);
-            else
-                snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%d", quant_name(t), (long long)rows,
-                         (long long)cols, n, var_name, var[k]);
-            if (get(e->be, got, by, ny))
+                poison(e->be, by, ny);
+                e->be->matmul(e->be, &wb, bx, by, n);
+                char what[128];
+                if (n_var == 1)
+                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", quant_name(t), (long long)rows,
+                             (long long)cols, n);
+                else
+                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%d%s", quant_name(t),
+                             (long long)rows, (long long)cols, n, var_name, var[k],
+                             n_swar > 1 ? (sw ? " swar" : " dp4a") : "");
+                if (!get(e->be, got, by, ny)) {
+                    test_n_fail++;
+                    continue;
+                }
                 compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
-            else
-                test_n_fail++;
-        }
+                if (n_swar > 1 && sw == 0) memcpy(first, got, ny * sizeof(float));
+                if (n_swar > 1 && sw == 1 && var[k] != 0) { // the SWAR form against dp4a, to the bit
+                    size_t diff = 0;
+                    for (size_t i = 0; i < ny; i++) diff += memcmp(&got[i], &first[i], sizeof(float)) != 0;
+                    if (diff) {
+                        printf("  FAIL %s %s: %zu of %zu outputs differ from the dp4a form's\n", e->be->name,
+                               what, diff, ny);
+                        test_n_fail++;
+                    } else {
+                        test_n_pass++;
+                    }
+                }
+            }
+        free(first);
 #ifdef STRATA_GPU
         if (e->gpu)
             gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
-                gpu_backend_set_tensor_cores(e->be, -1);
+                gpu_backend_set_tensor_cores(e->be, -1), gpu_backend_set_matvec_swar(e->be, -1);
 #endif
         if (e->be->matmul_add) { // y0 + x·wᵀ: the bound grows by the add's rounding
             float *y0 = xmalloc_f(ny), *want_add = xmalloc_f(ny);
@@ -389,14 +411,16 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
 static void test_matmul(const struct be_entry *e) {
     // rows ragged against warps and blocks; n covers one token, the small
     // batches of the matrix × vector kernels (one launch up to 8, several up
-    // to 32 on a GPU) and the tiled batch product
-    static const int64_t shapes32[][3] = {{1, 32, 1},    {7, 96, 1},      {33, 576, 1},  {300, 1024, 1},
-                                          {77, 224, 2},  {77, 224, 3},    {40, 288, 5},  {40, 288, 8},
-                                          {70, 320, 9},  {70, 320, 17},   {45, 256, 33}, {130, 160, 67},
-                                          {65, 4160, 1}, {200, 1056, 130}};
+    // to 32 on a GPU) and the tiled batch product; rows of 24064 and 24320
+    // on either side of the widest the SWAR form stages (CUDA)
+    static const int64_t shapes32[][3] = {{1, 32, 1},    {7, 96, 1},       {33, 576, 1},  {300, 1024, 1},
+                                          {77, 224, 2},  {77, 224, 3},     {40, 288, 5},  {40, 288, 8},
+                                          {70, 320, 9},  {70, 320, 17},    {45, 256, 33}, {130, 160, 67},
+                                          {65, 4160, 1}, {200, 1056, 130}, {5, 24064, 1}, {3, 24320, 1}};
     static const int64_t shapes256[][3] = {{1, 256, 1},   {7, 512, 1},    {33, 768, 1},  {300, 1024, 1},
                                            {77, 256, 3},  {40, 512, 8},   {70, 512, 9},  {70, 512, 17},
-                                           {45, 512, 33}, {130, 256, 67}, {65, 4352, 1}, {200, 1280, 100}};
+                                           {45, 512, 33}, {130, 256, 67}, {65, 4352, 1}, {200, 1280, 100},
+                                           {5, 24064, 1}, {3, 24320, 1}};
     static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1}, {33, 576, 1}, {300, 1024, 1},
                                          {77, 101, 3}, {40, 96, 8}, {70, 100, 9}, {130, 96, 67}};
     const int before = test_n_fail;
@@ -1241,8 +1265,13 @@ static void test_gpu_setters(const struct be_entry *e) {
             printf("  FAIL tensor-core mode %d accepted or refused without its message\n", bad_mma[i]);
             test_n_fail++;
         }
+    for (size_t i = 0; i < sizeof bad_mma / sizeof *bad_mma; i++)
+        if (gpu_backend_set_matvec_swar(e->be, bad_mma[i]) != -1 || !strstr(st_last_error(), "SWAR mode")) {
+            printf("  FAIL SWAR mode %d accepted or refused without its message\n", bad_mma[i]);
+            test_n_fail++;
+        }
     if (gpu_backend_set_matvec_split(e->be, 0) || gpu_backend_set_matvec_rows(e->be, 0) ||
-        gpu_backend_set_tensor_cores(e->be, -1)) {
+        gpu_backend_set_tensor_cores(e->be, -1) || gpu_backend_set_matvec_swar(e->be, -1)) {
         printf("  FAIL the automatic choices refused: %s\n", st_last_error());
         test_n_fail++;
     }
@@ -1332,9 +1361,13 @@ static void perf(struct backend *be, const char *only) {
                 }
             }
             float *bx = put(be, x, sizeof(float) * (size_t)cols);
-            for (size_t k = 0; k < sizeof tprs / sizeof *tprs; k++) {
+            // every threads-per-row choice with the device's dot product, then
+            // the automatic one with the SWAR form
+            const int n_tpr = (int)(sizeof tprs / sizeof *tprs);
+            for (int k = 0; k <= n_tpr; k++) {
                 double st = 0, sg = 0;
-                gpu_backend_set_matvec_split(be, tprs[k]);
+                gpu_backend_set_matvec_split(be, k < n_tpr ? tprs[k] : 0);
+                gpu_backend_set_matvec_swar(be, k < n_tpr ? -1 : 1);
                 if (gpu_bench_matmul(be, wp, copies, bx, 1, 30, false, &st) ||
                     gpu_bench_matmul(be, wp, copies, bx, 1, 30, true, &sg)) {
                     printf("  FAIL bench %s: %s\n", key, st_last_error());
@@ -1342,12 +1375,17 @@ static void perf(struct backend *be, const char *only) {
                     continue;
                 }
                 char tpr[16];
-                snprintf(tpr, sizeof tpr, tprs[k] ? "%d" : "auto", tprs[k]);
+                snprintf(tpr, sizeof tpr,
+                         k == n_tpr ? "auto, swar"
+                         : tprs[k]  ? "%d"
+                                    : "auto",
+                         tprs[k % n_tpr]);
                 printf("| %s | %lldx%lld | %.1f | %s | %.2f | %.0f | %.1f%% | %.2f | %.0f | %.1f%% |\n",
                        quant_name(types[ti]), (long long)rows, (long long)cols, bytes / 1e6, tpr, st * 1e6,
                        bytes / st / 1e9, 100.0 * bytes / st / 1e9 / ceiling, sg * 1e6, bytes / sg / 1e9,
                        100.0 * bytes / sg / 1e9 / ceiling);
             }
+            gpu_backend_set_matvec_swar(be, -1);
             gpu_backend_set_matvec_split(be, 0);
             be->release(be, bx);
             for (int c = 0; c < copies; c++) be->release_weight(be, &ws[c]);

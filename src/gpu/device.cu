@@ -22,7 +22,7 @@
 // 0 came from: the first lane of its own warp when the device's sub-groups
 // are as wide as the kernels assume.
 // Then out[2 + PROBE_THREADS] is ST_HAS_MMA_S8 of the code the device runs
-// and out[3 + PROBE_THREADS] its ST_HAS_PDL.
+// out[3 + PROBE_THREADS] its ST_HAS_PDL and out[4 + PROBE_THREADS] its ST_HAS_DP4A.
 #define PROBE_THREADS 128
 __global__ void probe_kernel(int *out) {
     if (threadIdx.x == 0) {
@@ -30,6 +30,7 @@ __global__ void probe_kernel(int *out) {
         out[1] = ST_WARP_SIZE;
         out[2 + PROBE_THREADS] = ST_HAS_MMA_S8;
         out[3 + PROBE_THREADS] = ST_HAS_PDL;
+        out[4 + PROBE_THREADS] = ST_HAS_DP4A;
     }
     out[2 + threadIdx.x] = st_shfl((int)threadIdx.x, 0, ST_WARP_SIZE);
 }
@@ -123,10 +124,10 @@ static void classify(const gpuDeviceProp &p, struct gpu_device_info *o) {
 // device's. Returns 0, or -1 with a message when the runtime itself fails.
 static int probe(struct gpu_device_info *o) {
     int *d = NULL;
-    if (GPU_CHECK(gpuMalloc((void **)&d, (4 + PROBE_THREADS) * sizeof(int))))
+    if (GPU_CHECK(gpuMalloc((void **)&d, (5 + PROBE_THREADS) * sizeof(int))))
         return st_fail("GPU %d: cannot allocate the probe's %d bytes", o->index,
-                       (int)((4 + PROBE_THREADS) * sizeof(int)));
-    int h[4 + PROBE_THREADS] = {0};
+                       (int)((5 + PROBE_THREADS) * sizeof(int)));
+    int h[5 + PROBE_THREADS] = {0};
     probe_kernel<<<1, PROBE_THREADS>>>(d);
     const gpuError_t e = gpuGetLastError();
     if (e == gpuSuccess) {
@@ -139,6 +140,7 @@ static int probe(struct gpu_device_info *o) {
     o->has_code = e == gpuSuccess && h[0] == 0x5717A && h[1] == o->warp_size;
     o->has_mma_s8 = o->has_code && h[2 + PROBE_THREADS] == 1;
     o->has_pdl = o->has_code && h[3 + PROBE_THREADS] == 1;
+    o->has_dp4a = o->has_code && h[4 + PROBE_THREADS] == 1;
     // the first thread whose broadcast came from another lane than its warp's first
     int bad_lane = -1;
     for (int t = 0; o->has_code && t < PROBE_THREADS && bad_lane < 0; t++)

@@ -33,6 +33,8 @@ struct gpu_device_info {
     bool has_code;   // this binary holds kernels the device runs, of its warp size
     bool has_mma_s8; // and they multiply int8 tiles on tensor cores (ST_HAS_MMA_S8)
     bool has_pdl;    // and wait for the kernel before them, so launches may overlap (ST_HAS_PDL)
+    bool has_dp4a;   // and compute dp4a in one instruction (ST_HAS_DP4A); else matrix x vector
+                     // products take the SWAR dot product (mmvq.h)
     enum gpu_policy policy;
     char note[320]; // why the policy is what it is, and what to do
 };
@@ -94,6 +96,13 @@ int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
 // STRATA_GPU_TENSOR_CORES=0 in the environment). Returns 0, or -1 with a
 // message for another value.
 int gpu_backend_set_tensor_cores(struct backend *be, int mode);
+
+// The dot product of one-token quantized products: 1 the SWAR form (the same
+// results as dp4a, two products a 32-bit multiply; rows wider than the
+// shared memory takes still use dp4a), 0 dp4a, -1 the backend's choice (the
+// default: SWAR where the device has no dp4a instruction). Returns 0, or -1
+// with a message for another value.
+int gpu_backend_set_matvec_swar(struct backend *be, int mode);
 
 // *out (a backend buffer of one int32) = argmax of x[0..n) (backend buffer):
 // the lowest index of the largest value. Enqueued like the other ops.

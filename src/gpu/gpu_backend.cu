@@ -71,11 +71,13 @@ struct gpu_be {
     int device;
     int n_sm;
     gpuStream_t stream;
-    int tpr;      // threads per row of matrix × vector; 0: per matrix
-    int rpw;      // rows per 32 threads of a several-token matrix × vector; 0: per matrix
-    bool has_mma; // the device multiplies int8 tiles on tensor cores
-    bool mma;     // prompt batches' products take the tensor-core form
-    void **bufs;  // every alloc and prepared weight, freed by free()
+    int tpr;       // threads per row of matrix × vector; 0: per matrix
+    int rpw;       // rows per 32 threads of a several-token matrix × vector; 0: per matrix
+    bool has_mma;  // the device multiplies int8 tiles on tensor cores
+    bool mma;      // prompt batches' products take the tensor-core form
+    bool has_dp4a; // the device computes dp4a in one instruction
+    bool swar;     // one-token products take the SWAR dot product (mmvq.h)
+    void **bufs;   // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
     // activations quantized for the integer products: qs (n, cols) then ds
     int8_t *q8;
@@ -450,7 +452,7 @@ static void written(struct gpu_be *g, const float *y, size_t n) {
 static int matvec_tpr(struct gpu_be *g, const gpu_mat &m, int64_t rows) {
     if (g->tpr) return g->tpr;
     const int64_t items = m.rest ? gpu_mmvq_items_per_row(m.type, m.cols) : gpu_cdiv(m.cols, 8);
-    return gpu_pick_tpr(items, rows, g->n_sm);
+    return gpu_pick_tpr(items, rows, g->n_sm, m.rest && g->swar && gpu_mmvq_swar_fits(m.cols));
 }
 
 // y[i] = x · w[i]ᵀ (+= with add) for n_w ≤ GPU_SET_MAX weights of one type and
@@ -483,8 +485,9 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
         for (int i = 0; i < n_w; i++) set.y[i] = y[i] + (int64_t)t0 * set.w[i].rows;
+        const bool swar = g->swar && nt == 1 && gpu_mmvq_swar_fits(m.cols);
         const int rc = gpu_mmvq(set, qt, nt, nt == 1 ? matvec_tpr(g, m, rows) : 32,
-                                g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), add, g->stream);
+                                g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), swar, add, g->stream);
         if (rc) return rc;
     }
     return 0;
@@ -906,6 +909,8 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     g->n_sm = info.n_sm;
     g->has_mma = info.has_mma_s8;
     g->mma = mma_default(g);
+    g->has_dp4a = info.has_dp4a;
+    g->swar = !g->has_dp4a;
     if (GPU_CHECK(gpuSetDevice(device)) ||
         GPU_CHECK(gpuStreamCreateWithFlags(&g->stream, gpuStreamNonBlocking))) {
         free(g);
@@ -986,6 +991,14 @@ int gpu_backend_set_tensor_cores(struct backend *be, int mode) {
     if (mode < -1 || mode > 1) return st_fail("tensor-core mode %d: use 1, 0 or -1 (automatic)", mode);
     graphs_clear(g);
     g->mma = mode == -1 ? mma_default(g) : mode == 1;
+    return 0;
+}
+
+int gpu_backend_set_matvec_swar(struct backend *be, int mode) {
+    struct gpu_be *g = gb(be);
+    if (mode < -1 || mode > 1) return st_fail("SWAR mode %d: use 1, 0 or -1 (automatic)", mode);
+    graphs_clear(g);
+    g->swar = mode == -1 ? !g->has_dp4a : mode == 1;
     return 0;
 }
 

@@ -10,9 +10,17 @@
 // y[i] (n, rows) = x (n, cols) · w[i]ᵀ for every member of the set (one
 // launch): when n = 1 with tpr threads per row (16, 32, 64, 128 or 256); when
 // n > 1 with 32 threads for every rpw rows (1, 2 or 4); with add, y[i] += the
-// product instead. Returns 0 once enqueued on s, -1 for a set, type, n, tpr
-// or rpw it does not take (nothing enqueued).
-int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool add, gpuStream_t s);
+// product instead. swar (n = 1 and gpu_mmvq_swar_fits only): the SWAR dot
+// product of compat's portable.h instead of dp4a, with the same results, for
+// targets without a native dp4a (gpu_device_info.has_dp4a). Returns 0 once
+// enqueued on s, -1 for a set, type, n, tpr, rpw or swar it does not take
+// (nothing enqueued).
+int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool swar, bool add,
+             gpuStream_t s);
+
+// Whether the SWAR form takes rows of cols activations (its staged copy, two
+// bytes an activation, fits the shared memory of a launch).
+bool gpu_mmvq_swar_fits(int64_t cols);
 
 // The expert products of backend.h's matmul_id: w is n_exp matrices stacked
 // (w.rows = n_exp · rows); y (n, k, rows), pair (t, s) the product of expert
@@ -26,8 +34,9 @@ int gpu_mmvq_items_per_row(int type, int64_t cols);
 
 // The threads per row (16 .. 256) the backend uses by default for a matrix of
 // rows rows of `items` units of work each (chunks; 8-element groups for float
-// weights) on a device with n_sm multiprocessors.
-int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm);
+// weights) on a device with n_sm multiprocessors, for the dp4a form or (swar)
+// the SWAR form.
+int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar);
 // The rows per 32 threads (1, 2 or 4) the backend uses by default for several
 // tokens: the most that still give the device's n_sm multiprocessors about a
 // block each.

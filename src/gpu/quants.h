@@ -11,7 +11,9 @@
 //
 // PAIRED: runs 2k and 2k+1 are one whole 32-element activation block with one
 // d and m, so the min term can use the activation block's sum (d·Σq) instead
-// of summing the 16-element run. MIN: m may be non-zero.
+// of summing the 16-element run. MIN: m may be non-zero. The chunk's int8
+// values lie within ±QMAX when SGN, else within [0, QMAX]: the SWAR dot
+// product of targets without dp4a sums as many products as that allows.
 #ifndef STRATA_GPU_QUANTS_H
 #define STRATA_GPU_QUANTS_H
 
@@ -67,6 +69,7 @@ template <int T> struct gpu_qt;
 template <> struct gpu_qt<GGML_TYPE_Q4_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 15, SGN = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -87,6 +90,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_0> {
 template <> struct gpu_qt<GGML_TYPE_Q4_1> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 20, BULK_OFF = 4, BULK = 16, REST = 4;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 15, SGN = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -107,6 +111,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_1> {
 template <> struct gpu_qt<GGML_TYPE_Q5_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 22, BULK_OFF = 6, BULK = 16, REST = 6;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 31, SGN = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -129,6 +134,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_0> {
 template <> struct gpu_qt<GGML_TYPE_Q5_1> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 24, BULK_OFF = 8, BULK = 16, REST = 8;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 31, SGN = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -150,6 +156,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_1> {
 template <> struct gpu_qt<GGML_TYPE_Q8_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 34, BULK_OFF = 2, BULK = 32, REST = 2;
     static constexpr bool MIN = false, PAIRED = true;
+    static constexpr int QMAX = 128, SGN = 1;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v0 = gpu_ld16(w.bulk + blk * BULK);
@@ -167,6 +174,7 @@ template <> struct gpu_qt<GGML_TYPE_Q8_0> {
 template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
     static constexpr bool MIN = false, PAIRED = true;
+    static constexpr int QMAX = 127, SGN = 1;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -187,6 +195,7 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
 template <> struct gpu_qt<GGML_TYPE_Q2_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 84, BULK_OFF = 16, BULK = 64, REST = 20;
     static constexpr bool MIN = true, PAIRED = false;
+    static constexpr int QMAX = 3, SGN = 0;
     GPU_QT_LOAD {
         const int n = ci / 2, h = ci % 2;
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 32 * n + 16 * h);
@@ -213,6 +222,7 @@ template <> struct gpu_qt<GGML_TYPE_Q2_K> {
 template <> struct gpu_qt<GGML_TYPE_Q3_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 110, BULK_OFF = 0, BULK = 96, REST = 14;
     static constexpr bool MIN = false, PAIRED = false;
+    static constexpr int QMAX = 4, SGN = 1;
     GPU_QT_LOAD {
         const int n = ci / 2, h = ci % 2;
         const uint8_t *b = w.bulk + blk * BULK;
@@ -247,6 +257,7 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
 template <> struct gpu_qt<GGML_TYPE_Q4_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 144, BULK_OFF = 16, BULK = 128, REST = 16;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 15, SGN = 0;
     GPU_QT_LOAD {
         const int j = ci;
         const uint8_t *b = w.bulk + blk * BULK + 32 * j;
@@ -280,6 +291,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_K> {
 template <> struct gpu_qt<GGML_TYPE_Q5_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 176, BULK_OFF = 16, BULK = 160, REST = 16;
     static constexpr bool MIN = true, PAIRED = true;
+    static constexpr int QMAX = 31, SGN = 0;
     GPU_QT_LOAD {
         const int j = ci;
         const uint8_t *b = w.bulk + blk * BULK; // qh[32], qs[128]
@@ -318,6 +330,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_K> {
 template <> struct gpu_qt<GGML_TYPE_Q6_K> {
     static constexpr int QK = 256, QI = 8, R = 2, BYTES = 210, BULK_OFF = 0, BULK = 192, REST = 18;
     static constexpr bool MIN = false, PAIRED = false;
+    static constexpr int QMAX = 32, SGN = 1;
     GPU_QT_LOAD {
         const int n = ci / 4, rr = ci % 4, g = rr / 2, ls = rr % 2;
         const uint8_t *b = w.bulk + blk * BULK; // ql[128], qh[64]
@@ -347,6 +360,7 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
 template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
     static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8;
     static constexpr bool MIN = false, PAIRED = true;
+    static constexpr int QMAX = 127, SGN = 1;
     GPU_QT_LOAD {
         const int ib = ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 16 * ib);
@@ -391,22 +405,82 @@ static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int a
     return st_dp4a(q[3], a.w, acc);
 }
 
+// The activations a chunk's dot product reads, in one of two forms with the
+// same integer results. gpu_act_q8: the 8-bit values as quantized (x.qs),
+// summed with st_dp4a. gpu_act_swar: staged for the SWAR dot product of
+// portable.h (st_dot16_swar, two products a 32-bit multiply), for targets
+// without a native dp4a: the st_swar_act words of every 4-element group, in
+// shared memory (gpu_swar_stage). load(e) reads the run of 16 starting at
+// element e (a multiple of 16); dot<QMAX, SGN>(q, run, acc) is acc + the dot
+// product of the run with 16 int8 weights within the bounds of quants.h's
+// QMAX and SGN.
+struct gpu_act_q8 {
+    const int8_t *qs;
+    typedef int4 run;
+    __device__ __forceinline__ run load(int e) const { return gpu_ld16(qs + e); }
+    template <int QMAX, int SGN> __device__ __forceinline__ int dot(const int (&q)[4], run a, int acc) const {
+        return gpu_dot16(q, a, acc);
+    }
+};
+
+// The staged words in 16-byte units (two 4-element groups each), unit u kept
+// at unit gpu_swar_unit(u) of the stage: lanes whose runs lie 4, 8 or 16
+// units apart (the chunks of neighbouring lanes) then read different banks
+// of shared memory instead of the same few. A permutation of each aligned
+// group of 8 units (bits 0-2 changed by bits 3 and up).
+static __device__ __forceinline__ uint32_t gpu_swar_unit(uint32_t u) {
+    return u ^ (((u >> 3) ^ (u >> 6)) & 7u);
+}
+
+struct gpu_act_swar {
+    const uint4 *y; // the stage
+    struct run {
+        uint32_t w[8];
+    };
+    __device__ __forceinline__ run load(int e) const {
+        const uint32_t p = gpu_swar_unit((uint32_t)e / 8); // e / 8 even: unit e / 8 + 1 is at p ^ 1
+        const uint4 a = y[p], b = y[p ^ 1u];
+        return {{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
+    }
+    template <int QMAX, int SGN>
+    __device__ __forceinline__ int dot(const int (&q)[4], const run &a, int acc) const {
+        const uint32_t u[4] = {(uint32_t)q[0], (uint32_t)q[1], (uint32_t)q[2], (uint32_t)q[3]};
+        return st_dot16_swar(u, a.w, SGN, QMAX, acc);
+    }
+};
+
+// Stages the activations x (cols int8, cols a multiple of 8) in y (cols / 2
+// words of shared memory) for gpu_act_swar; every thread of the block calls it.
+static __device__ __forceinline__ void gpu_swar_stage(const int8_t *x, int64_t cols, uint4 *y) {
+    const uint2 *x8 = (const uint2 *)x;
+    for (int64_t u = threadIdx.x; u < cols / 8; u += blockDim.x) {
+        const uint2 a = x8[u];
+        uint4 t;
+        st_swar_act(a.x, &t.x, &t.y);
+        st_swar_act(a.y, &t.z, &t.w);
+        y[gpu_swar_unit((uint32_t)u)] = t;
+    }
+    __syncthreads();
+}
+
 // Dot products of RPW loaded chunks, one per weight row and all at the same
-// place in their rows (the same e[]), with one row of quantized activations:
-// each activation chunk is loaded once for all of them. v[k] for chunk k.
-template <class Q, int RPW>
-static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> (&c)[RPW], const int8_t *aq,
+// place in their rows (the same e[]), with one row of activations (act, and
+// ads the scale and scaled sum of each block of 32): each activation run is
+// loaded once for all of them. v[k] for chunk k.
+template <class Q, int RPW, class A>
+static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> (&c)[RPW], const A &act,
                                                           const float2 *ads, float (&v)[RPW]) {
 #pragma unroll
     for (int k = 0; k < RPW; k++) v[k] = 0.0f;
     if (Q::PAIRED) {
 #pragma unroll
         for (int p = 0; p < Q::R; p += 2) {
-            const int4 a0 = gpu_ld16(aq + c[0].e[p]), a1 = gpu_ld16(aq + c[0].e[p] + 16);
+            const typename A::run a0 = act.load(c[0].e[p]), a1 = act.load(c[0].e[p] + 16);
             const float2 ds = ads[c[0].e[p] / 32];
 #pragma unroll
             for (int k = 0; k < RPW; k++) {
-                const int dot = gpu_dot16(c[k].q[p + 1], a1, gpu_dot16(c[k].q[p], a0, 0));
+                const int dot = act.template dot<Q::QMAX, Q::SGN>(
+                    c[k].q[p + 1], a1, act.template dot<Q::QMAX, Q::SGN>(c[k].q[p], a0, 0));
                 v[k] += c[k].d[p] * ds.x * (float)dot;
                 if (Q::MIN) v[k] += c[k].m[p] * ds.y;
             }
@@ -414,13 +488,13 @@ static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> 
     } else {
 #pragma unroll
         for (int r = 0; r < Q::R; r++) {
-            const int4 a = gpu_ld16(aq + c[0].e[r]);
+            const typename A::run a = act.load(c[0].e[r]);
             const float da = ads[c[0].e[r] / 32].x;
             const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
-            const int sum = Q::MIN ? gpu_dot16(ones, a, 0) : 0;
+            const int sum = Q::MIN ? act.template dot<1, 0>(ones, a, 0) : 0;
 #pragma unroll
             for (int k = 0; k < RPW; k++) {
-                float t = c[k].d[r] * (float)gpu_dot16(c[k].q[r], a, 0);
+                float t = c[k].d[r] * (float)act.template dot<Q::QMAX, Q::SGN>(c[k].q[r], a, 0);
                 if (Q::MIN) t += c[k].m[r] * (float)sum;
                 v[k] += da * t;
             }
@@ -428,13 +502,13 @@ static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> 
     }
 }
 
-// Dot product of a loaded chunk with one row of quantized activations.
-template <class Q>
-static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, const int8_t *aq,
+// Dot product of a loaded chunk with one row of activations.
+template <class Q, class A>
+static __device__ __forceinline__ float gpu_chunk_dot(const gpu_chunk<Q::R> &c, const A &act,
                                                       const float2 *ads) {
     const gpu_chunk<Q::R> one[1] = {c};
     float v[1];
-    gpu_chunk_dot_rows<Q, 1>(one, aq, ads, v);
+    gpu_chunk_dot_rows<Q, 1>(one, act, ads, v);
     return v[0];
 }
 

@@ -6,6 +6,7 @@
 //
 //   function       CUDA                 AMD gfx                         SPIR-V
 //   st_dp4a        __dp4a (sm_61+)      v_dot4_i32_i8 (gfx906/908/90a/  portable, or OpSDot
+//   (ST_HAS_DP4A)
 //                                       942/950, gfx1011/1012, gfx103x); with STRATA_SPIRV_DOT4
 //                                       v_dot4_i32_iu8 (gfx11, gfx12)
 //   st_byte_perm   __byte_perm          v_perm_b32, selector translated portable byte-table
@@ -34,6 +35,18 @@
 // per-operand sign flags give the same signed product.
 #elif defined(__AMDGCN__) && (defined(__GFX11__) || defined(__GFX12__))
 #define ST_AMD_SUDOT4 1
+#endif
+
+// ST_HAS_DP4A is 1 in the device code where st_dp4a is one instruction; the
+// host asks the probe (gpu_device_info.has_dp4a) and elsewhere takes the SWAR
+// dot product of portable.h for the one-token matrix x vector products.
+#if defined(STRATA_PORTABLE_INTRINSICS)
+#define ST_HAS_DP4A 0
+#elif (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610) || defined(ST_AMD_SDOT4) || defined(ST_AMD_SUDOT4) || \
+    (defined(ST_TARGET_SPIRV) && defined(STRATA_SPIRV_DOT4))
+#define ST_HAS_DP4A 1
+#else
+#define ST_HAS_DP4A 0
 #endif
 
 // c + the dot product of the four signed bytes of a and b, wrapping modulo 2^32

@@ -35,6 +35,63 @@ ST_PORTABLE int st_dp4a_portable(int a, int b, int c) {
     return (int)((uint32_t)c + (uint32_t)dot);
 }
 
+// --- the SWAR dot product: two products per 32-bit multiply ---------------------
+// For targets without a 4 x 8-bit dot instruction. Two bytes of each side go
+// into 16-bit lanes of one word, the activation's lanes swapped:
+//   (x0 + x2·2^16) · (a2 + a0·2^16) = x0·a2 + (x0·a0 + x2·a2)·2^16 + ...·2^32,
+// so the upper half of the 32-bit product holds the two-term dot product and
+// the lower half a cross term, which must not reach the upper half: a sum of
+// k such products keeps k·2·|x|max·|a|max ≤ 32767, and each upper half is
+// taken before it is spoiled. Activations are 8-bit with |a| ≤ 127 (what
+// the quantization of activations writes); weights are any int8 (|x| ≤ 128).
+
+// Bytes 0 and 2 of w as the 16-bit lanes of one word, w0 + w2·2^16 (mod 2^32),
+// sign-extended when sgn (else the bytes are read as unsigned).
+ST_PORTABLE uint32_t st_pair_even(uint32_t w, int sgn) {
+    const uint32_t t = w & 0x00ff00ffu;
+    return sgn ? (t ^ 0x00800080u) - 0x00800080u : t;
+}
+// Bytes 1 and 3 of w likewise.
+ST_PORTABLE uint32_t st_pair_odd(uint32_t w, int sgn) { return st_pair_even(w >> 8, sgn); }
+
+// The activation words of one 4-byte group a (signed bytes a0..a3, element
+// order) for st_dot16_swar: ye = a2 + a0·2^16, yo = a3 + a1·2^16.
+ST_PORTABLE void st_swar_act(uint32_t a, uint32_t *ye, uint32_t *yo) {
+    const uint32_t r = (a >> 16) | (a << 16); // bytes a2 a3 a0 a1
+    *ye = st_pair_even(r, 1);
+    *yo = st_pair_odd(r, 1);
+}
+
+// The products st_dot16_swar sums before it takes an upper half, for weights
+// with |x| ≤ qmax (1 ≤ qmax ≤ 128): at most 8, the products of a 16-byte run.
+ST_PORTABLE int st_swar_products(int qmax) {
+    const int k = 32767 / (2 * 127 * qmax);
+    return k > 8 ? 8 : k;
+}
+
+// acc + the dot product of the 16 bytes of q[0..3] (element order, signed
+// when sgn) with 16 activations given as the 8 words y[2i] = ye, y[2i+1] = yo
+// of st_swar_act for group i, every weight within ±qmax (unsigned: within
+// [0, qmax] and qmax ≤ 127, so that the bytes read the same either way): the
+// result of four chained __dp4a, wrapping modulo 2^32 alike. The upper half
+// of a sum is taken by sign-extending its top 16 bits (the lower half, plus
+// the 2^15 the sum starts from, lies in [0, 2^16)).
+ST_PORTABLE int st_dot16_swar(const uint32_t q[4], const uint32_t y[8], int sgn, int qmax, int acc) {
+    const int k = st_swar_products(qmax);
+    uint32_t sum = (uint32_t)acc, part = 0x8000u;
+    int n = 0;
+    for (int i = 0; i < 8; i++) {
+        const uint32_t x = i % 2 ? st_pair_odd(q[i / 2], sgn) : st_pair_even(q[i / 2], sgn);
+        part += x * y[i];
+        if (++n == k || i == 7) {
+            sum += ((part >> 16) ^ 0x8000u) - 0x8000u;
+            part = 0x8000u;
+            n = 0;
+        }
+    }
+    return (int)sum;
+}
+
 // CUDA __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the
 // eight bytes {y, x} (x holds bytes 0-3, y bytes 4-7). Bit 3 of each selector
 // nibble and bits 16-31 of s are ignored: nvcc masks the selector with 0x7777
