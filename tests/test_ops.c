@@ -22,6 +22,7 @@
 //   test_ops --perf       GPU benchmarks: read-bandwidth ceiling, then matrix ×
 //                         vector GB/s per type, shape and threads per row
 //   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
+//   test_ops --only matmul,attention        only these groups of cases (names below)
 #include "test.h"
 
 #include <float.h>
@@ -1394,9 +1395,27 @@ static void perf(struct backend *be, const char *only) {
 }
 #endif
 
+static const char *const groups[] = {"get_rows",    "rms_norm", "matmul",     "matmul_multi",
+                                     "fused_q8",    "rope",     "rope_store", "attention",
+                                     "elementwise", "moe",      "gpu"};
+
+// Whether group name is in the comma-separated list (every group without one).
+static bool group_on(const char *list, const char *name) {
+    if (!list) return true;
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     bool want_perf = false, require_gpu = false, gpu_only = false;
-    const char *perf_only = NULL;
+    const char *perf_only = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--perf"))
             want_perf = true;
@@ -1406,10 +1425,31 @@ int main(int argc, char **argv) {
             gpu_only = true;
         else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc)
             want_perf = true, perf_only = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
-            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only]\n", argv[0]);
+            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only] [--only "
+                   "GROUP,...]\ngroups: get_rows rms_norm matmul matmul_multi fused_q8 rope rope_store "
+                   "attention "
+                   "elementwise moe gpu\n",
+                   argv[0]);
             return 2;
         }
+    }
+    for (const char *p = only; p && *p;) { // every name must be a group: a typo must not pass as nothing run
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        bool known = false;
+        for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
+            known |= strlen(groups[g]) == len && !strncmp(p, groups[g], len);
+        if (!known) {
+            printf(
+                "--only: unknown group \"%.*s\"; groups: get_rows rms_norm matmul matmul_multi fused_q8 rope "
+                "rope_store attention elementwise moe gpu\n",
+                (int)len, p);
+            return 2;
+        }
+        p = end ? end + 1 : p + len;
     }
     const char *seed_env = getenv("STRATA_SEED");
     const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
@@ -1448,23 +1488,22 @@ int main(int argc, char **argv) {
         printf("--perf times the GPU backend, which this build does not have\n");
 #endif
     } else {
-        test_rope_reference();
+        if (group_on(only, "rope")) test_rope_reference();
         for (int b = 0; b < n_bes; b++) {
             const struct be_entry *e = &bes[b];
             printf("== %s against %s\n", e->be->name, ref->name);
-            test_get_rows(e);
-            test_rms_norm(e);
-            test_matmul(e);
-            test_matmul_multi(e);
-            test_fused_q8(e);
-            test_rope(e);
-            test_rope_store(e);
-            test_kv_store_attention(e);
-            test_elementwise(e);
-            test_moe(e);
+            if (group_on(only, "get_rows")) test_get_rows(e);
+            if (group_on(only, "rms_norm")) test_rms_norm(e);
+            if (group_on(only, "matmul")) test_matmul(e);
+            if (group_on(only, "matmul_multi")) test_matmul_multi(e);
+            if (group_on(only, "fused_q8")) test_fused_q8(e);
+            if (group_on(only, "rope")) test_rope(e);
+            if (group_on(only, "rope_store")) test_rope_store(e);
+            if (group_on(only, "attention")) test_kv_store_attention(e);
+            if (group_on(only, "elementwise")) test_elementwise(e);
+            if (group_on(only, "moe")) test_moe(e);
 #ifdef STRATA_GPU
-            if (e->gpu) test_argmax(e);
-            if (e->gpu) test_gpu_setters(e);
+            if (e->gpu && group_on(only, "gpu")) test_argmax(e), test_gpu_setters(e);
 #endif
         }
     }

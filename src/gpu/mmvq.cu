@@ -47,6 +47,15 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
     return acc;
 }
 
+// The SWAR body is built where a device may take it (no native dp4a) and on
+// NVIDIA, where the op harness checks it against dp4a; every AMD target has
+// dp4a, so there the SWAR instantiation is the dp4a kernel.
+#if !ST_HAS_DP4A || defined(__CUDA_ARCH__)
+#define MMVQ_SWAR_BUILT 1
+#else
+#define MMVQ_SWAR_BUILT 0
+#endif
+
 // One token. Each lane asks for its first U chunks (into L2) before
 // st_wait_prior: where launches overlap (compat's ST_LAUNCH), the weights
 // stream in while the kernel before this one, which writes x, finishes.
@@ -72,7 +81,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
             if (lane + u * TPR < items) gpu_prefetch_item<Q>(w, row, lane + u * TPR);
     st_wait_prior();
     float acc[1] = {0.0f};
-    if constexpr (SWAR) {
+    if constexpr (SWAR && MMVQ_SWAR_BUILT) {
         extern __shared__ uint4 mmvq_staged[];
         gpu_swar_stage(x.qs, x.cols, mmvq_staged);
         if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_staged}, x.ds);
