@@ -105,8 +105,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
             if (live) part[(qi * n_split + sp) * (hd + 2) + d] = acc;
             continue;
         }
-        if (live) out[qi * hd + d] = acc / sum;
-        if (oq) gpu_q8_store1(acc / sum, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
+        const float v = acc / sum; // one value for both stores: a compiler may not divide alike twice
+        if (live) out[qi * hd + d] = v;
+        if (oq) gpu_q8_store1(v, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
     }
     if (n_split > 1 && threadIdx.x == 0) {
         part[(qi * n_split + sp) * (hd + 2) + hd] = mx;
@@ -251,8 +252,9 @@ __global__ void __launch_bounds__(GPU_BLOCK) attn_merge_kernel(const float *part
             const float ms = p[s * (hd + 2) + hd];
             if (ms != -INFINITY) acc += p[s * (hd + 2) + d] * expf(ms - mx);
         }
-        if (live) out[qi * hd + d] = acc / sum;
-        if (oq) gpu_q8_store1(acc / sum, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
+        const float v = acc / sum; // one value for both stores: a compiler may not divide alike twice
+        if (live) out[qi * hd + d] = v;
+        if (oq) gpu_q8_store1(v, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
     }
 }
 

@@ -35,13 +35,14 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
     for (; it + (U - 1) * TPR < items; it += U * TPR) {
         gpu_chunk<Q::R> c[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) gpu_load_item<Q>(w, row, it + u * TPR, c[u]);
+        for (int u = 0; u < U; u++)
+            gpu_load_item<Q, A::RAW && (Q::CB || Q::BIAS)>(w, row, it + u * TPR, c[u]);
 #pragma unroll
         for (int u = 0; u < U; u++) acc += gpu_chunk_dot<Q>(c[u], act, ds);
     }
     for (; it < items; it += TPR) {
         gpu_chunk<Q::R> c;
-        gpu_load_item<Q>(w, row, it, c);
+        gpu_load_item<Q, A::RAW && (Q::CB || Q::BIAS)>(w, row, it, c);
         acc += gpu_chunk_dot<Q>(c, act, ds);
     }
     return acc;
@@ -62,7 +63,7 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
 // SWAR (for targets without a native dp4a): the block first stages x in
 // shared memory as the words of the SWAR dot product (x.cols / 2 of them,
 // the launch's dynamic shared memory), each made once for all the block's
-// rows.
+// rows, and for codebook types the table of codebook pairs.
 template <int T, int TPR, bool SWAR>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, bool add) {
     using Q = gpu_qt<T>;
@@ -83,8 +84,10 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     float acc[1] = {0.0f};
     if constexpr (SWAR && MMVQ_SWAR_BUILT) {
         extern __shared__ uint4 mmvq_staged[];
+        __shared__ uint32_t cb[Q::CB ? 256 : 1]; // the codebook's pair table
+        if constexpr (Q::CB) gpu_swar_cb_table(cb);
         gpu_swar_stage(x.qs, x.cols, mmvq_staged);
-        if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_staged}, x.ds);
+        if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_staged, cb}, x.ds);
     } else {
         if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_q8{x.qs}, x.ds);
     }
@@ -277,8 +280,9 @@ int gpu_pick_rpw(int64_t rows, int n_sm) {
     return rpw;
 }
 
-// The stage in dynamic shared memory, leaving 1 KiB for the kernels' own.
-bool gpu_mmvq_swar_fits(int64_t cols) { return cols * 2 <= ST_MAX_DYN_SMEM - 1024; }
+// The stage in dynamic shared memory, leaving 2 KiB for the kernel's own (the
+// codebook's pair table, the partial sums).
+bool gpu_mmvq_swar_fits(int64_t cols) { return cols * 2 <= ST_MAX_DYN_SMEM - 2048; }
 
 int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool swar, bool add,
              gpuStream_t s) {

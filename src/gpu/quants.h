@@ -14,6 +14,10 @@
 // of summing the 16-element run. MIN: m may be non-zero. The chunk's int8
 // values lie within ±QMAX when SGN, else within [0, QMAX]: the SWAR dot
 // product of targets without dp4a sums as many products as that allows.
+// CB (IQ4 types): the values are looked up in a codebook; BIAS: they are the
+// stored unsigned bytes less BIAS. Such types also have load_raw, which
+// leaves the indices or the unsigned bytes for the SWAR form to finish in
+// its own way (gpu_act_swar).
 #ifndef STRATA_GPU_QUANTS_H
 #define STRATA_GPU_QUANTS_H
 
@@ -40,6 +44,28 @@ static __device__ __forceinline__ void gpu_iq4_lookup(uint32_t q, int &lo, int &
     st_lut16x8(q, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u, l, h);
     lo = (int)l;
     hi = (int)h;
+}
+
+// A raw IQ4 chunk (load_raw: q[0][i] word i of the block's 16 index bytes)
+// looked up: the int8 values of runs 0 and 1.
+template <int R> static __device__ __forceinline__ void gpu_iq4_lookup_chunk(gpu_chunk<R> &c) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) gpu_iq4_lookup((uint32_t)c.q[0][i], c.q[0][i], c.q[1][i]);
+}
+
+// A raw chunk of a BIAS type (load_raw: the bytes before the bias is taken
+// off, each below 128) less the bias k4 (the bias in every byte).
+template <int R> static __device__ __forceinline__ void gpu_unbias_chunk(gpu_chunk<R> &c, uint32_t k4) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) c.q[r][i] = gpu_sub_bytes((uint32_t)c.q[r][i], k4);
+}
+
+// The IQ4 codebook's entry e (0..15).
+static __device__ __forceinline__ int gpu_iq4_value(int e) {
+    const uint32_t t = e < 8 ? (e < 4 ? 0xBFAD9881u : 0xF6EADDCFu) : (e < 12 ? 0x26190D01u : 0x71594535u);
+    return st_sbyte(t, e & 3);
 }
 
 // Bit 4 of bytes 0..3 from bits 0..3 of b.
@@ -69,7 +95,7 @@ template <int T> struct gpu_qt;
 template <> struct gpu_qt<GGML_TYPE_Q4_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 15, SGN = 0;
+    static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -90,7 +116,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_0> {
 template <> struct gpu_qt<GGML_TYPE_Q4_1> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 20, BULK_OFF = 4, BULK = 16, REST = 4;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 15, SGN = 0;
+    static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -111,7 +137,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_1> {
 template <> struct gpu_qt<GGML_TYPE_Q5_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 22, BULK_OFF = 6, BULK = 16, REST = 6;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 31, SGN = 0;
+    static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -134,7 +160,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_0> {
 template <> struct gpu_qt<GGML_TYPE_Q5_1> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 24, BULK_OFF = 8, BULK = 16, REST = 8;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 31, SGN = 0;
+    static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
@@ -156,7 +182,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_1> {
 template <> struct gpu_qt<GGML_TYPE_Q8_0> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 34, BULK_OFF = 2, BULK = 32, REST = 2;
     static constexpr bool MIN = false, PAIRED = true;
-    static constexpr int QMAX = 128, SGN = 1;
+    static constexpr int QMAX = 128, SGN = 1, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         (void)ci;
         const int4 v0 = gpu_ld16(w.bulk + blk * BULK);
@@ -171,22 +197,29 @@ template <> struct gpu_qt<GGML_TYPE_Q8_0> {
     }
 };
 
+// IQ4_NL, IQ4_XS: CB, the chunk's bytes are looked up in the IQ4 codebook.
+// load_raw leaves the indices: q[0][i] the raw word i of the 16 bytes (its
+// low nibbles the indices of run 0), q[1][i] the same shifted right by 4
+// (run 1); load looks them up. The SWAR form takes them raw (gpu_act_swar).
 template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
     static constexpr bool MIN = false, PAIRED = true;
-    static constexpr int QMAX = 127, SGN = 1;
-    GPU_QT_LOAD {
+    static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
+    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+                                                    gpu_chunk<R> &c) {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
-        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
-        gpu_iq4_lookup((uint32_t)v.x, c.q[0][0], c.q[1][0]);
-        gpu_iq4_lookup((uint32_t)v.y, c.q[0][1], c.q[1][1]);
-        gpu_iq4_lookup((uint32_t)v.z, c.q[0][2], c.q[1][2]);
-        gpu_iq4_lookup((uint32_t)v.w, c.q[0][3], c.q[1][3]);
-        c.d[0] = c.d[1] = d;
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) c.q[0][i] = (int)u[i], c.q[1][i] = (int)(u[i] >> 4);
+        c.d[0] = c.d[1] = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
         c.m[0] = c.m[1] = 0.0f;
         c.e[0] = e0;
         c.e[1] = e0 + 16;
+    }
+    GPU_QT_LOAD {
+        load_raw(w, blk, ci, e0, c);
+        gpu_iq4_lookup_chunk(c);
     }
 };
 
@@ -195,7 +228,7 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
 template <> struct gpu_qt<GGML_TYPE_Q2_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 84, BULK_OFF = 16, BULK = 64, REST = 20;
     static constexpr bool MIN = true, PAIRED = false;
-    static constexpr int QMAX = 3, SGN = 0;
+    static constexpr int QMAX = 3, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         const int n = ci / 2, h = ci % 2;
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 32 * n + 16 * h);
@@ -222,8 +255,13 @@ template <> struct gpu_qt<GGML_TYPE_Q2_K> {
 template <> struct gpu_qt<GGML_TYPE_Q3_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 110, BULK_OFF = 0, BULK = 96, REST = 14;
     static constexpr bool MIN = false, PAIRED = false;
-    static constexpr int QMAX = 4, SGN = 1;
+    static constexpr int QMAX = 4, SGN = 1, CB = 0, BIAS = 4;
     GPU_QT_LOAD {
+        load_raw(w, blk, ci, e0, c);
+        gpu_unbias_chunk(c, 0x04040404u);
+    }
+    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+                                                    gpu_chunk<R> &c) {
         const int n = ci / 2, h = ci % 2;
         const uint8_t *b = w.bulk + blk * BULK;
         const int4 hv = gpu_ld16(b + 16 * h);
@@ -238,8 +276,7 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
             const int bit = 4 * n + j;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const uint32_t q = ((u[i] >> (2 * j)) & 0x03030303u) | (((hm[i] >> bit) & 0x01010101u) << 2);
-                c.q[j][i] = gpu_sub_bytes(q, 0x04040404u);
+                c.q[j][i] = (int)(((u[i] >> (2 * j)) & 0x03030303u) | (((hm[i] >> bit) & 0x01010101u) << 2));
             }
             // 6-bit scale k = 8n + 2j + h: low 4 bits in byte (2j + h) % 8 (high nibble
             // when n = 1), high 2 bits at 2·(k/4) of byte 8 + k%4
@@ -257,7 +294,7 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
 template <> struct gpu_qt<GGML_TYPE_Q4_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 144, BULK_OFF = 16, BULK = 128, REST = 16;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 15, SGN = 0;
+    static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         const int j = ci;
         const uint8_t *b = w.bulk + blk * BULK + 32 * j;
@@ -291,7 +328,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_K> {
 template <> struct gpu_qt<GGML_TYPE_Q5_K> {
     static constexpr int QK = 256, QI = 4, R = 4, BYTES = 176, BULK_OFF = 16, BULK = 160, REST = 16;
     static constexpr bool MIN = true, PAIRED = true;
-    static constexpr int QMAX = 31, SGN = 0;
+    static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
         const int j = ci;
         const uint8_t *b = w.bulk + blk * BULK; // qh[32], qs[128]
@@ -330,8 +367,13 @@ template <> struct gpu_qt<GGML_TYPE_Q5_K> {
 template <> struct gpu_qt<GGML_TYPE_Q6_K> {
     static constexpr int QK = 256, QI = 8, R = 2, BYTES = 210, BULK_OFF = 0, BULK = 192, REST = 18;
     static constexpr bool MIN = false, PAIRED = false;
-    static constexpr int QMAX = 32, SGN = 1;
+    static constexpr int QMAX = 32, SGN = 1, CB = 0, BIAS = 32;
     GPU_QT_LOAD {
+        load_raw(w, blk, ci, e0, c);
+        gpu_unbias_chunk(c, 0x20202020u);
+    }
+    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+                                                    gpu_chunk<R> &c) {
         const int n = ci / 4, rr = ci % 4, g = rr / 2, ls = rr % 2;
         const uint8_t *b = w.bulk + blk * BULK; // ql[128], qh[64]
         const int4 lv = gpu_ld16(b + 64 * n + 16 * rr);
@@ -343,10 +385,8 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
         const uint32_t qh[4] = {(uint32_t)hv.x, (uint32_t)hv.y, (uint32_t)hv.z, (uint32_t)hv.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t lo = (ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g)) & 0x03030303u) << 4);
-            const uint32_t hi = ((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g + 4)) & 0x03030303u) << 4);
-            c.q[0][i] = gpu_sub_bytes(lo, 0x20202020u);
-            c.q[1][i] = gpu_sub_bytes(hi, 0x20202020u);
+            c.q[0][i] = (int)((ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g)) & 0x03030303u) << 4));
+            c.q[1][i] = (int)(((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * g + 4)) & 0x03030303u) << 4));
         }
         c.d[0] = d * (float)sc[0];
         c.d[1] = d * (float)sc[4];
@@ -360,32 +400,39 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
 template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
     static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8;
     static constexpr bool MIN = false, PAIRED = true;
-    static constexpr int QMAX = 127, SGN = 1;
-    GPU_QT_LOAD {
+    static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
+    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+                                                    gpu_chunk<R> &c) {
         const int ib = ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 16 * ib);
         const uint2 r = *(const uint2 *)(w.rest + blk * REST); // d, scales_h | scales_l[4]
         const uint32_t ls = ((r.y >> (4 * ib)) & 0xF) | (((r.x >> (16 + 2 * ib)) & 3) << 4);
-        const float d = gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32);
-        gpu_iq4_lookup((uint32_t)v.x, c.q[0][0], c.q[1][0]);
-        gpu_iq4_lookup((uint32_t)v.y, c.q[0][1], c.q[1][1]);
-        gpu_iq4_lookup((uint32_t)v.z, c.q[0][2], c.q[1][2]);
-        gpu_iq4_lookup((uint32_t)v.w, c.q[0][3], c.q[1][3]);
-        c.d[0] = c.d[1] = d;
+        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) c.q[0][i] = (int)u[i], c.q[1][i] = (int)(u[i] >> 4);
+        c.d[0] = c.d[1] = gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32);
         c.m[0] = c.m[1] = 0.0f;
         c.e[0] = e0 + 32 * ib;
         c.e[1] = e0 + 32 * ib + 16;
+    }
+    GPU_QT_LOAD {
+        load_raw(w, blk, ci, e0, c);
+        gpu_iq4_lookup_chunk(c);
     }
 };
 
 #undef GPU_QT_LOAD
 
 // Loads chunk `item` (chunks counted along the row) of row `row` of w.
-template <class Q>
+// RAW (CB and BIAS types only): what load_raw leaves.
+template <class Q, bool RAW = false>
 static __device__ __forceinline__ void gpu_load_item(const gpu_mat &w, int64_t row, int item,
                                                      gpu_chunk<Q::R> &c) {
     const int ib = item / Q::QI;
-    Q::load(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
+    if constexpr (RAW)
+        Q::load_raw(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
+    else
+        Q::load(w, row * (w.cols / Q::QK) + ib, item % Q::QI, ib * Q::QK, c);
 }
 
 // Asks for chunk `item` of row `row` of w to be brought into the L2 cache
@@ -415,10 +462,11 @@ static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int a
 // product of the run with 16 int8 weights within the bounds of quants.h's
 // QMAX and SGN.
 struct gpu_act_q8 {
+    static constexpr bool RAW = false; // takes chunks looked up (CB types)
     const int8_t *qs;
     typedef int4 run;
     __device__ __forceinline__ run load(int e) const { return gpu_ld16(qs + e); }
-    template <int QMAX, int SGN> __device__ __forceinline__ int dot(const int (&q)[4], run a, int acc) const {
+    template <class Q> __device__ __forceinline__ int dot(const int (&q)[4], run a, int acc) const {
         return gpu_dot16(q, a, acc);
     }
 };
@@ -432,8 +480,14 @@ static __device__ __forceinline__ uint32_t gpu_swar_unit(uint32_t u) {
     return u ^ (((u >> 3) ^ (u >> 6)) & 7u);
 }
 
+// The SWAR form takes the chunks of CB and BIAS types raw: the codebook
+// indices, each lane pair looked up at once in cb (entry i | j << 4 the pair
+// of codebook values (i, j) as st_pair_even would make it,
+// gpu_swar_cb_table), or the unsigned bytes, the bias taken off each lane.
 struct gpu_act_swar {
-    const uint4 *y; // the stage
+    static constexpr bool RAW = true;
+    const uint4 *y;     // the stage
+    const uint32_t *cb; // CB types: the pair table
     struct run {
         uint32_t w[8];
     };
@@ -442,12 +496,34 @@ struct gpu_act_swar {
         const uint4 a = y[p], b = y[p ^ 1u];
         return {{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
     }
-    template <int QMAX, int SGN>
-    __device__ __forceinline__ int dot(const int (&q)[4], const run &a, int acc) const {
-        const uint32_t u[4] = {(uint32_t)q[0], (uint32_t)q[1], (uint32_t)q[2], (uint32_t)q[3]};
-        return st_dot16_swar(u, a.w, SGN, QMAX, acc);
+    template <class Q> __device__ __forceinline__ int dot(const int (&q)[4], const run &a, int acc) const {
+        uint32_t x[8]; // the lane pairs of elements 4i, 4i+2 and 4i+1, 4i+3
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = (uint32_t)q[i];
+            if constexpr (Q::CB) { // index nibbles at bits 0, 16 and 8, 24
+                x[2 * i] = cb[(w & 0xFu) | ((w >> 12) & 0xF0u)];
+                x[2 * i + 1] = cb[((w >> 8) & 0xFu) | ((w >> 20) & 0xF0u)];
+            } else if constexpr (Q::BIAS) { // unsigned bytes, the bias taken off each lane
+                x[2 * i] = st_pair_even(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
+                x[2 * i + 1] = st_pair_odd(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
+            } else {
+                x[2 * i] = st_pair_even(w, Q::SGN);
+                x[2 * i + 1] = st_pair_odd(w, Q::SGN);
+            }
+        }
+        return st_dot16_swar_pairs(x, a.w, Q::QMAX, acc);
     }
 };
+
+// Fills the pair table of gpu_act_swar (256 words of shared memory) from the
+// IQ4 codebook; the block's threads share the work (gpu_swar_stage's barrier
+// follows). Four interleaved copies, one per lane modulo 4 so that lanes
+// meet on a bank less often, measured no faster on the H200.
+static __device__ __forceinline__ void gpu_swar_cb_table(uint32_t *cb) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        cb[i] = (uint32_t)gpu_iq4_value(i & 15) + ((uint32_t)gpu_iq4_value(i >> 4) << 16);
+}
 
 // Stages the activations x (cols int8, cols a multiple of 8) in y (cols / 2
 // words of shared memory) for gpu_act_swar; every thread of the block calls it.
@@ -463,10 +539,18 @@ static __device__ __forceinline__ void gpu_swar_stage(const int8_t *x, int64_t c
     __syncthreads();
 }
 
+// The bounds of an all-ones run (the sum of a run of activations).
+struct gpu_qt_ones {
+    static constexpr int QMAX = 1, SGN = 0, CB = 0, BIAS = 0;
+};
+
 // Dot products of RPW loaded chunks, one per weight row and all at the same
 // place in their rows (the same e[]), with one row of activations (act, and
 // ads the scale and scaled sum of each block of 32): each activation run is
-// loaded once for all of them. v[k] for chunk k.
+// loaded once for all of them. v[k] for chunk k. The fused multiply-adds are
+// written out, so that every compiler rounds the same sums the same way
+// whatever integer form came before them (PoCL contracted the SWAR and dp4a
+// forms of Q2_K differently).
 template <class Q, int RPW, class A>
 static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> (&c)[RPW], const A &act,
                                                           const float2 *ads, float (&v)[RPW]) {
@@ -479,10 +563,9 @@ static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> 
             const float2 ds = ads[c[0].e[p] / 32];
 #pragma unroll
             for (int k = 0; k < RPW; k++) {
-                const int dot = act.template dot<Q::QMAX, Q::SGN>(
-                    c[k].q[p + 1], a1, act.template dot<Q::QMAX, Q::SGN>(c[k].q[p], a0, 0));
-                v[k] += c[k].d[p] * ds.x * (float)dot;
-                if (Q::MIN) v[k] += c[k].m[p] * ds.y;
+                const int dot = act.template dot<Q>(c[k].q[p + 1], a1, act.template dot<Q>(c[k].q[p], a0, 0));
+                v[k] = fmaf(c[k].d[p] * ds.x, (float)dot, v[k]);
+                if (Q::MIN) v[k] = fmaf(c[k].m[p], ds.y, v[k]);
             }
         }
     } else {
@@ -491,12 +574,12 @@ static __device__ __forceinline__ void gpu_chunk_dot_rows(const gpu_chunk<Q::R> 
             const typename A::run a = act.load(c[0].e[r]);
             const float da = ads[c[0].e[r] / 32].x;
             const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
-            const int sum = Q::MIN ? act.template dot<1, 0>(ones, a, 0) : 0;
+            const int sum = Q::MIN ? act.template dot<gpu_qt_ones>(ones, a, 0) : 0;
 #pragma unroll
             for (int k = 0; k < RPW; k++) {
-                float t = c[k].d[r] * (float)act.template dot<Q::QMAX, Q::SGN>(c[k].q[r], a, 0);
-                if (Q::MIN) t += c[k].m[r] * (float)sum;
-                v[k] += da * t;
+                float t = c[k].d[r] * (float)act.template dot<Q>(c[k].q[r], a, 0);
+                if (Q::MIN) t = fmaf(c[k].m[r], (float)sum, t);
+                v[k] = fmaf(da, t, v[k]);
             }
         }
     }

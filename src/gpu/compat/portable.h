@@ -69,20 +69,19 @@ ST_PORTABLE int st_swar_products(int qmax) {
     return k > 8 ? 8 : k;
 }
 
-// acc + the dot product of the 16 bytes of q[0..3] (element order, signed
-// when sgn) with 16 activations given as the 8 words y[2i] = ye, y[2i+1] = yo
-// of st_swar_act for group i, every weight within ±qmax (unsigned: within
-// [0, qmax] and qmax ≤ 127, so that the bytes read the same either way): the
-// result of four chained __dp4a, wrapping modulo 2^32 alike. The upper half
-// of a sum is taken by sign-extending its top 16 bits (the lower half, plus
-// the 2^15 the sum starts from, lies in [0, 2^16)).
-ST_PORTABLE int st_dot16_swar(const uint32_t q[4], const uint32_t y[8], int sgn, int qmax, int acc) {
+// acc + the dot product of 16 weights given as the 8 lane pairs x[2i] =
+// st_pair_even, x[2i+1] = st_pair_odd of word i (elements 4i .. 4i+3), every
+// weight within ±qmax, with 16 activations given as the 8 words y[2i] = ye,
+// y[2i+1] = yo of st_swar_act for group i: the result of four chained
+// __dp4a, wrapping modulo 2^32 alike. The upper half of a sum is taken by
+// sign-extending its top 16 bits (the lower half, plus the 2^15 the sum
+// starts from, lies in [0, 2^16)).
+ST_PORTABLE int st_dot16_swar_pairs(const uint32_t x[8], const uint32_t y[8], int qmax, int acc) {
     const int k = st_swar_products(qmax);
     uint32_t sum = (uint32_t)acc, part = 0x8000u;
     int n = 0;
     for (int i = 0; i < 8; i++) {
-        const uint32_t x = i % 2 ? st_pair_odd(q[i / 2], sgn) : st_pair_even(q[i / 2], sgn);
-        part += x * y[i];
+        part += x[i] * y[i];
         if (++n == k || i == 7) {
             sum += ((part >> 16) ^ 0x8000u) - 0x8000u;
             part = 0x8000u;
@@ -90,6 +89,15 @@ ST_PORTABLE int st_dot16_swar(const uint32_t q[4], const uint32_t y[8], int sgn,
         }
     }
     return (int)sum;
+}
+
+// The same for the 16 bytes of q[0..3] (element order, signed when sgn;
+// unsigned: within [0, qmax] and qmax ≤ 127, so that the bytes read the same
+// either way).
+ST_PORTABLE int st_dot16_swar(const uint32_t q[4], const uint32_t y[8], int sgn, int qmax, int acc) {
+    uint32_t x[8];
+    for (int i = 0; i < 4; i++) x[2 * i] = st_pair_even(q[i], sgn), x[2 * i + 1] = st_pair_odd(q[i], sgn);
+    return st_dot16_swar_pairs(x, y, qmax, acc);
 }
 
 // CUDA __byte_perm(x, y, s): byte n of the result is byte (s >> 4n) & 7 of the
