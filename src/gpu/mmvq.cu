@@ -85,8 +85,12 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     if constexpr (SWAR && MMVQ_SWAR_BUILT) {
         extern __shared__ uint4 mmvq_staged[];
         __shared__ uint32_t cb[Q::CB ? 256 : 1]; // the codebook's pair table
-        if constexpr (Q::CB) gpu_swar_cb_table(cb);
-        gpu_swar_stage(x.qs, x.cols, mmvq_staged);
+        if constexpr (Q::CB) {
+            gpu_swar_cb_table(cb);
+            gpu_swar_stage_cb(x.qs, x.cols, mmvq_staged);
+        } else {
+            gpu_swar_stage(x.qs, x.cols, mmvq_staged);
+        }
         if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_staged, cb}, x.ds);
     } else {
         if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_q8{x.qs}, x.ds);

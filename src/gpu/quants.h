@@ -46,11 +46,24 @@ static __device__ __forceinline__ void gpu_iq4_lookup(uint32_t q, int &lo, int &
     hi = (int)h;
 }
 
-// A raw IQ4 chunk (load_raw: q[0][i] word i of the block's 16 index bytes)
-// looked up: the int8 values of runs 0 and 1.
-template <int R> static __device__ __forceinline__ void gpu_iq4_lookup_chunk(gpu_chunk<R> &c) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) gpu_iq4_lookup((uint32_t)c.q[0][i], c.q[0][i], c.q[1][i]);
+// An IQ4 chunk from its 16 index bytes v (a whole block of 32 elements from
+// e0) and scale d: the int8 values of runs 0 and 1, or (raw) the index bytes
+// in the order of the IQ4 types' load_raw.
+template <int R>
+static __device__ __forceinline__ void gpu_iq4_chunk(int4 v, float d, int e0, bool raw, gpu_chunk<R> &c) {
+    if (raw) {
+        c.q[0][0] = v.x, c.q[0][1] = v.y, c.q[1][0] = v.z, c.q[1][1] = v.w;
+        c.q[0][2] = c.q[0][3] = c.q[1][2] = c.q[1][3] = 0;
+    } else {
+        gpu_iq4_lookup((uint32_t)v.x, c.q[0][0], c.q[1][0]);
+        gpu_iq4_lookup((uint32_t)v.y, c.q[0][1], c.q[1][1]);
+        gpu_iq4_lookup((uint32_t)v.z, c.q[0][2], c.q[1][2]);
+        gpu_iq4_lookup((uint32_t)v.w, c.q[0][3], c.q[1][3]);
+    }
+    c.d[0] = c.d[1] = d;
+    c.m[0] = c.m[1] = 0.0f;
+    c.e[0] = e0;
+    c.e[1] = e0 + 16;
 }
 
 // A raw chunk of a BIAS type (load_raw: the bytes before the bias is taken
@@ -198,28 +211,24 @@ template <> struct gpu_qt<GGML_TYPE_Q8_0> {
 };
 
 // IQ4_NL, IQ4_XS: CB, the chunk's bytes are looked up in the IQ4 codebook.
-// load_raw leaves the indices: q[0][i] the raw word i of the 16 bytes (its
-// low nibbles the indices of run 0), q[1][i] the same shifted right by 4
-// (run 1); load looks them up. The SWAR form takes them raw (gpu_act_swar).
+// load_raw leaves the 16 index bytes for the SWAR form, in the order its
+// stage pairs elements k and k + 16 (gpu_swar_stage_cb): q[0][0..1] bytes
+// 0-7, q[1][0..1] bytes 8-15, byte k holding the indices of elements k (low
+// nibble) and k + 16 (high).
 template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
     static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
     static constexpr bool MIN = false, PAIRED = true;
     static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
+    GPU_QT_LOAD {
+        (void)ci;
+        const int4 v = gpu_ld16(w.bulk + blk * BULK);
+        gpu_iq4_chunk(v, gpu_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, false, c);
+    }
     static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
                                                     gpu_chunk<R> &c) {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
-        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) c.q[0][i] = (int)u[i], c.q[1][i] = (int)(u[i] >> 4);
-        c.d[0] = c.d[1] = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
-        c.m[0] = c.m[1] = 0.0f;
-        c.e[0] = e0;
-        c.e[1] = e0 + 16;
-    }
-    GPU_QT_LOAD {
-        load_raw(w, blk, ci, e0, c);
-        gpu_iq4_lookup_chunk(c);
+        gpu_iq4_chunk(v, gpu_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, true, c);
     }
 };
 
@@ -401,23 +410,18 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
     static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8;
     static constexpr bool MIN = false, PAIRED = true;
     static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
-    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+    // chunk ib: the sub-block's 16 index bytes and its scale
+    static __device__ __forceinline__ void load_any(const gpu_mat &w, int64_t blk, int ib, int e0, bool raw,
                                                     gpu_chunk<R> &c) {
-        const int ib = ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 16 * ib);
         const uint2 r = *(const uint2 *)(w.rest + blk * REST); // d, scales_h | scales_l[4]
         const uint32_t ls = ((r.y >> (4 * ib)) & 0xF) | (((r.x >> (16 + 2 * ib)) & 3) << 4);
-        const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) c.q[0][i] = (int)u[i], c.q[1][i] = (int)(u[i] >> 4);
-        c.d[0] = c.d[1] = gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32);
-        c.m[0] = c.m[1] = 0.0f;
-        c.e[0] = e0 + 32 * ib;
-        c.e[1] = e0 + 32 * ib + 16;
+        gpu_iq4_chunk(v, gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32), e0 + 32 * ib, raw, c);
     }
-    GPU_QT_LOAD {
-        load_raw(w, blk, ci, e0, c);
-        gpu_iq4_lookup_chunk(c);
+    GPU_QT_LOAD { load_any(w, blk, ci, e0, false, c); }
+    static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
+                                                    gpu_chunk<R> &c) {
+        load_any(w, blk, ci, e0, true, c);
     }
 };
 
@@ -481,9 +485,10 @@ static __device__ __forceinline__ uint32_t gpu_swar_unit(uint32_t u) {
 }
 
 // The SWAR form takes the chunks of CB and BIAS types raw: the codebook
-// indices, each lane pair looked up at once in cb (entry i | j << 4 the pair
-// of codebook values (i, j) as st_pair_even would make it,
-// gpu_swar_cb_table), or the unsigned bytes, the bias taken off each lane.
+// index bytes, each looked up in cb as one lane pair (entry i | j << 4 the
+// pair of codebook values i and j, as st_pair_even would make it,
+// gpu_swar_cb_table) against a stage that pairs elements k and k + 16
+// (gpu_swar_stage_cb), or the unsigned bytes, the bias taken off each lane.
 struct gpu_act_swar {
     static constexpr bool RAW = true;
     const uint4 *y;     // the stage
@@ -501,9 +506,10 @@ struct gpu_act_swar {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t w = (uint32_t)q[i];
-            if constexpr (Q::CB) { // index nibbles at bits 0, 16 and 8, 24
-                x[2 * i] = cb[(w & 0xFu) | ((w >> 12) & 0xF0u)];
-                x[2 * i + 1] = cb[((w >> 8) & 0xFu) | ((w >> 20) & 0xF0u)];
+            if constexpr (Q::CB) { // q[0..1]: 8 index bytes, each a lane pair of the stage
+                if (i < 2)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) x[4 * i + j] = cb[(w >> (8 * j)) & 0xFFu];
             } else if constexpr (Q::BIAS) { // unsigned bytes, the bias taken off each lane
                 x[2 * i] = st_pair_even(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
                 x[2 * i + 1] = st_pair_odd(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
@@ -523,6 +529,20 @@ struct gpu_act_swar {
 static __device__ __forceinline__ void gpu_swar_cb_table(uint32_t *cb) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x)
         cb[i] = (uint32_t)gpu_iq4_value(i & 15) + ((uint32_t)gpu_iq4_value(i >> 4) << 16);
+}
+
+// The stage of CB types (gpu_swar_cb_table's pairs): in each block of 32,
+// word k (k < 16) is a[k + 16] + a[k]·2^16, in the same 16-byte units.
+static __device__ __forceinline__ void gpu_swar_stage_cb(const int8_t *x, int64_t cols, uint4 *y) {
+    const uint32_t *x4 = (const uint32_t *)x;
+    for (int64_t u = threadIdx.x; u < cols / 8; u += blockDim.x) { // block u / 4, pairs 4 (u % 4) ..
+        const uint32_t lo = x4[u / 4 * 8 + u % 4], hi = x4[u / 4 * 8 + u % 4 + 4];
+        uint32_t t[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) t[j] = (uint32_t)st_sbyte(hi, j) + ((uint32_t)st_sbyte(lo, j) << 16);
+        y[gpu_swar_unit((uint32_t)u)] = make_uint4(t[0], t[1], t[2], t[3]);
+    }
+    __syncthreads();
 }
 
 // Stages the activations x (cols int8, cols a multiple of 8) in y (cols / 2
