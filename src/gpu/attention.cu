@@ -26,6 +26,22 @@
 
 #define ATT_THREADS 128
 
+// Row qi of out (hd values, a multiple of 32, just written by this block)
+// stored again in its 8-bit form, in a loop of its own after a barrier: the
+// quantizing store shuffles, and PoCL (sub-groups built on work-group
+// barriers) ran it wrongly inside the loop that computed the values under a
+// lane-dependent branch (the op harness's attention-then-product checks).
+// Every thread of the block calls it.
+static __device__ __forceinline__ void attn_store_q8(const float *row, int hd, int8_t *oq, float2 *od,
+                                                     int64_t qi) {
+    __syncthreads();
+    for (int d0 = 0; d0 < hd; d0 += blockDim.x) {
+        const int d = d0 + threadIdx.x;
+        const bool live = d < hd;
+        gpu_q8_store1(live ? row[d] : 0.0f, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
+    }
+}
+
 template <int MAXD>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const float *q, const float *kc, const float *vc, float *out, int8_t *oq, float2 *od,
@@ -94,7 +110,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
         sum += sl[w] * f[w];
     }
     const int64_t qi = (int64_t)t * n_head + h;
-    // the bound is the block's: the quantizing store shuffles
     for (int d0 = 0; d0 < hd; d0 += ATT_THREADS) {
         const int d = d0 + threadIdx.x;
         const bool live = d < hd;
@@ -105,10 +120,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
             if (live) part[(qi * n_split + sp) * (hd + 2) + d] = acc;
             continue;
         }
-        const float v = acc / sum; // one value for both stores: a compiler may not divide alike twice
-        if (live) out[qi * hd + d] = v;
-        if (oq) gpu_q8_store1(v, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
+        if (live) out[qi * hd + d] = acc / sum;
     }
+    if (oq && n_split == 1) attn_store_q8(out + qi * hd, hd, oq, od, qi);
     if (n_split > 1 && threadIdx.x == 0) {
         part[(qi * n_split + sp) * (hd + 2) + hd] = mx;
         part[(qi * n_split + sp) * (hd + 2) + hd + 1] = sum;
@@ -243,7 +257,6 @@ __global__ void __launch_bounds__(GPU_BLOCK) attn_merge_kernel(const float *part
         const float ms = p[s * (hd + 2) + hd];
         if (ms != -INFINITY) sum += p[s * (hd + 2) + hd + 1] * expf(ms - mx);
     }
-    // the bound is the block's: the quantizing store shuffles
     for (int d0 = 0; d0 < hd; d0 += blockDim.x) {
         const int d = d0 + threadIdx.x;
         const bool live = d < hd;
@@ -252,10 +265,9 @@ __global__ void __launch_bounds__(GPU_BLOCK) attn_merge_kernel(const float *part
             const float ms = p[s * (hd + 2) + hd];
             if (ms != -INFINITY) acc += p[s * (hd + 2) + d] * expf(ms - mx);
         }
-        const float v = acc / sum; // one value for both stores: a compiler may not divide alike twice
-        if (live) out[qi * hd + d] = v;
-        if (oq) gpu_q8_store1(v, live, oq, od, (qi * hd + d) / GPU_Q8_BLOCK, d % GPU_Q8_BLOCK);
+        if (live) out[qi * hd + d] = acc / sum;
     }
+    if (oq) attn_store_q8(out + qi * hd, hd, oq, od, qi);
 }
 
 int gpu_attention_splits(int n, int n_kv, int n_head, int n_sm) {
