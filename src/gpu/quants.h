@@ -461,10 +461,11 @@ static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int a
 // summed with st_dp4a. gpu_act_swar: staged for the SWAR dot product of
 // portable.h (st_dot16_swar, two products a 32-bit multiply), for targets
 // without a native dp4a: the st_swar_act words of every 4-element group, in
-// shared memory (gpu_swar_stage). load(e) reads the run of 16 starting at
-// element e (a multiple of 16); dot<QMAX, SGN>(q, run, acc) is acc + the dot
-// product of the run with 16 int8 weights within the bounds of quants.h's
-// QMAX and SGN.
+// shared memory (gpu_swar_stage; gpu_swar_stage_cb for CB types). load(e)
+// reads the run of 16 starting at element e (a multiple of 16); dot<Q>(q,
+// run, acc) is acc + the dot product of the run with the 16 weights of a
+// chunk run of type Q (its values within QMAX and SGN; for the SWAR form,
+// CB and BIAS types as load_raw leaves them).
 struct gpu_act_q8 {
     static constexpr bool RAW = false; // takes chunks looked up (CB types)
     const int8_t *qs;
