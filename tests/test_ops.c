@@ -1399,6 +1399,12 @@ static const char *const groups[] = {"get_rows",    "rms_norm", "matmul",     "m
                                      "fused_q8",    "rope",     "rope_store", "attention",
                                      "elementwise", "moe",      "gpu"};
 
+static void print_groups(void) {
+    printf("groups:");
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) printf(" %s", groups[g]);
+    printf("\n");
+}
+
 // Whether group name is in the comma-separated list (every group without one).
 static bool group_on(const char *list, const char *name) {
     if (!list) return true;
@@ -1429,10 +1435,9 @@ int main(int argc, char **argv) {
             only = argv[++i];
         else {
             printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only] [--only "
-                   "GROUP,...]\ngroups: get_rows rms_norm matmul matmul_multi fused_q8 rope rope_store "
-                   "attention "
-                   "elementwise moe gpu\n",
+                   "GROUP,...]\n",
                    argv[0]);
+            print_groups();
             return 2;
         }
     }
@@ -1443,10 +1448,8 @@ int main(int argc, char **argv) {
         for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
             known |= strlen(groups[g]) == len && !strncmp(p, groups[g], len);
         if (!known) {
-            printf(
-                "--only: unknown group \"%.*s\"; groups: get_rows rms_norm matmul matmul_multi fused_q8 rope "
-                "rope_store attention elementwise moe gpu\n",
-                (int)len, p);
+            printf("--only: unknown group \"%.*s\"; ", (int)len, p);
+            print_groups();
             return 2;
         }
         p = end ? end + 1 : p + len;

@@ -448,11 +448,16 @@ static void written(struct gpu_be *g, const float *y, size_t n) {
     if (ys < xe && xs < ye) g->q8_valid = false;
 }
 
+// Whether one-token products of matrices like m take the SWAR dot product.
+static bool matvec_swar(const struct gpu_be *g, const gpu_mat &m) {
+    return m.rest && g->swar && gpu_mmvq_swar_fits(m.cols);
+}
+
 // Threads per row for a matrix × vector of matrices like m with rows rows in all.
 static int matvec_tpr(struct gpu_be *g, const gpu_mat &m, int64_t rows) {
     if (g->tpr) return g->tpr;
     const int64_t items = m.rest ? gpu_mmvq_items_per_row(m.type, m.cols) : gpu_cdiv(m.cols, 8);
-    return gpu_pick_tpr(items, rows, g->n_sm, m.rest && g->swar && gpu_mmvq_swar_fits(m.cols));
+    return gpu_pick_tpr(items, rows, g->n_sm, matvec_swar(g, m));
 }
 
 // y[i] = x · w[i]ᵀ (+= with add) for n_w ≤ GPU_SET_MAX weights of one type and
@@ -485,7 +490,7 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
         const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
         const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
         for (int i = 0; i < n_w; i++) set.y[i] = y[i] + (int64_t)t0 * set.w[i].rows;
-        const bool swar = g->swar && nt == 1 && gpu_mmvq_swar_fits(m.cols);
+        const bool swar = nt == 1 && matvec_swar(g, m);
         const int rc = gpu_mmvq(set, qt, nt, nt == 1 ? matvec_tpr(g, m, rows) : 32,
                                 g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), swar, add, g->stream);
         if (rc) return rc;
