@@ -24,12 +24,14 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cpu/gemm.h"
+#include "cpu/hugemem.h"
 #include "cpu/threadpool.h"
 #include "format/quant_impl.h"
 #include "model/model.h"
@@ -442,6 +444,94 @@ static void test_cache(void) {
     for (int i = 0; i < N; i++) free(data[i]);
 }
 
+// --- the weights' arena (hugemem.h) ----------------------------------------------------
+
+// Blocks of several sizes, some larger than a slab: each 64-byte aligned,
+// zeroed, disjoint from the others (each filled with its own byte and read back
+// after all were filled); every slab returned once its blocks are freed, in an
+// order that frees the slab taking new blocks before older ones.
+static void test_hugemem_arena(void) {
+    struct hugemem *h = hugemem_init();
+    enum { N = 12 };
+    const size_t sizes[N] = {1,       100,      4096,    5 << 20, 40 << 20, 64,
+                             3 << 20, 20 << 20, 1 << 20, 7,       33 << 20, 128};
+    uint8_t *p[N];
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        p[i] = hugemem_alloc(h, sizes[i]);
+        CHECK(p[i], "block %d of %zu bytes: %s", i, sizes[i], st_last_error());
+        if (!p[i]) return;
+        CHECK((uintptr_t)p[i] % 64 == 0, "block %d is not 64-byte aligned", i);
+        size_t nonzero = 0;
+        for (size_t k = 0; k < sizes[i]; k++) nonzero += p[i][k] != 0;
+        CHECK(nonzero == 0, "block %d: %zu of %zu bytes not zero", i, nonzero, sizes[i]);
+        memset(p[i], i + 1, sizes[i]);
+        total += sizes[i];
+    }
+    for (int i = 0; i < N; i++) {
+        size_t wrong = 0;
+        for (size_t k = 0; k < sizes[i]; k++) wrong += p[i][k] != (uint8_t)(i + 1);
+        CHECK(wrong == 0, "block %d: %zu bytes overwritten by another block", i, wrong);
+    }
+    CHECK(hugemem_mapped(h) >= total, "%zu bytes mapped for %zu handed out", hugemem_mapped(h), total);
+    const int order[N] = {11, 10, 0, 5, 3, 9, 1, 2, 4, 6, 8, 7};
+    for (int i = 0; i < N; i++) hugemem_free(h, p[order[i]]);
+    CHECK(hugemem_mapped(h) == 0, "%zu bytes still mapped after every block was freed", hugemem_mapped(h));
+    // and it hands out blocks again
+    uint8_t *q = hugemem_alloc(h, 1000);
+    CHECK(q && q[999] == 0, "a block after the arena emptied");
+    hugemem_free_all(h);
+}
+
+// Where Linux offers transparent huge pages, a touched arena block and a large
+// buffer fault in 2 MiB pages: the kernel's count of huge-page faults (taken,
+// or fallen back to small pages when none was free) grows by at least one per
+// 2 MiB touched.
+static long vmstat_thp_faults(void) {
+    FILE *f = fopen("/proc/vmstat", "r");
+    if (!f) return -1;
+    char name[64];
+    long v, n = -1;
+    while (fscanf(f, "%63s %ld", name, &v) == 2)
+        if (!strcmp(name, "thp_fault_alloc") || !strcmp(name, "thp_fault_fallback")) n = (n < 0 ? 0 : n) + v;
+    fclose(f);
+    return n;
+}
+
+static void test_hugemem_pages(void) {
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+    }
+    if (vmstat_thp_faults() < 0 || (!strstr(mode, "[always]") && !strstr(mode, "[madvise]")))
+        SKIP("transparent huge pages are off here (%s)", mode[0] ? "never" : "no THP in this kernel");
+    struct hugemem *h = hugemem_init();
+    const size_t bytes = 8 << 20;
+    long before = vmstat_thp_faults();
+    uint8_t *p = hugemem_alloc(h, bytes);
+    CHECK(p, "%s", st_last_error());
+    if (!p) return;
+    memset(p, 1, bytes);
+    long faults = vmstat_thp_faults() - before;
+    CHECK(faults >= (long)(bytes >> 21), "an arena block of %zu bytes took %ld huge-page faults", bytes,
+          faults);
+    hugemem_free_all(h);
+    before = vmstat_thp_faults();
+    uint8_t *b = hugemem_buffer(bytes + 100);
+    CHECK(b && (uintptr_t)b % (2 << 20) == 0, "a large buffer is 2 MiB aligned");
+    if (!b) return;
+    memset(b, 1, bytes + 100);
+    faults = vmstat_thp_faults() - before;
+    CHECK(faults >= (long)(bytes >> 21), "a buffer of %zu bytes took %ld huge-page faults", bytes + 100,
+          faults);
+    free(b);
+    uint8_t *small = hugemem_buffer(1000);
+    CHECK(small && (uintptr_t)small % 64 == 0, "a small buffer is 64-byte aligned");
+    free(small);
+}
+
 static void test_isa(void) {
     const enum gemm_isa best = gemm_isa_best();
     CHECK(gemm_isa_available(best), "the chosen kernel set %s is not available", gemm_isa_name(best));
@@ -464,5 +554,7 @@ int main(void) {
     RUN(test_kernels);
     RUN(test_driver);
     RUN(test_cache);
+    RUN(test_hugemem_arena);
+    RUN(test_hugemem_pages);
     TEST_END();
 }

@@ -19,6 +19,7 @@
 #include "cpu/attention.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/gemm.h"
+#include "cpu/hugemem.h"
 #include "cpu/threadpool.h"
 #include "cpu/vec_ops.h"
 #include "model/rope.h"
@@ -61,12 +62,7 @@ static void *grow(void **buf, size_t *cap, size_t need) {
 
 static void *cpu_alloc(struct backend *be, size_t bytes) {
     (void)be;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64)) {
-        st_fail("cannot allocate %zu bytes of host memory", bytes);
-        return NULL;
-    }
-    return p;
+    return hugemem_buffer(bytes);
 }
 
 // --- matmul ----------------------------------------------------------------------

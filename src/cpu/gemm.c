@@ -12,6 +12,7 @@
 #include <unistd.h>
 #endif
 
+#include "cpu/hugemem.h"
 #include "cpu/threadpool.h"
 #include "model/model.h"
 #include "util.h"
@@ -144,10 +145,13 @@ struct gemm_cache {
     const void **keys; // open addressing, NULL = empty; cap a power of two
     struct gemm_weight **vals;
     size_t cap, used;
+    struct hugemem *mem; // the repacked data, in 2 MiB pages where the OS gives them
 };
 
 struct gemm_cache *gemm_cache_init(void) {
-    return st_xcalloc(1, sizeof(struct gemm_cache));
+    struct gemm_cache *c = st_xcalloc(1, sizeof(struct gemm_cache));
+    c->mem = hugemem_init();
+    return c;
 }
 
 static size_t slot_of(const struct gemm_cache *c, const void *key) {
@@ -205,7 +209,8 @@ int gemm_cache_add(struct gemm_cache *c, struct threadpool *tp, const struct wei
         return st_fail("weight %.*s: rows of %zu bytes do not hold %lld %s values", w->name_len, w->name,
                        w->row_bytes, (long long)w->cols, quant_name(w->type));
     struct gemm_weight *gw = st_xmalloc(sizeof *gw);
-    if (gemm_weight_init(gw, w->type, w->rows, w->cols)) {
+    if (gemm_weight_layout(gw, w->type, w->rows, w->cols) ||
+        !(gw->data = hugemem_alloc(c->mem, gemm_weight_bytes(gw)))) {
         free(gw);
         return st_fail("weight %.*s: %s", w->name_len, w->name, st_last_error());
     }
@@ -219,7 +224,7 @@ void gemm_cache_remove(struct gemm_cache *c, const void *data) {
     if (!c->cap) return;
     size_t i = slot_of(c, data);
     if (!c->keys[i]) return;
-    gemm_weight_free(c->vals[i]);
+    hugemem_free(c->mem, c->vals[i]->data);
     free(c->vals[i]);
     c->keys[i] = NULL;
     c->used--;
@@ -236,10 +241,8 @@ void gemm_cache_remove(struct gemm_cache *c, const void *data) {
 void gemm_cache_free(struct gemm_cache *c) {
     if (!c) return;
     for (size_t i = 0; i < c->cap; i++)
-        if (c->keys[i]) {
-            gemm_weight_free(c->vals[i]);
-            free(c->vals[i]);
-        }
+        if (c->keys[i]) free(c->vals[i]);
+    hugemem_free_all(c->mem);
     free(c->keys);
     free(c->vals);
     free(c);

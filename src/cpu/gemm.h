@@ -79,8 +79,8 @@ _Static_assert(sizeof(struct gemm_q6_K) % 64 == 0, "gemm_q6_K keeps 64-byte alig
 // The types with repacked kernels, as indexes into kernel tables.
 enum gemm_type { GEMM_Q4_0, GEMM_Q4_1, GEMM_Q8_0, GEMM_Q4_K, GEMM_Q6_K, GEMM_N_TYPES };
 
-// A repacked weight (rows, cols). data: n_groups × group_bytes, 64-byte aligned,
-// owned by the struct (gemm_weight_free).
+// A repacked weight (rows, cols). data: n_groups × group_bytes, 64-byte aligned;
+// from gemm_weight_init (gemm_weight_free frees it) or a cache's arena.
 struct gemm_weight {
     enum ggml_type type;
     enum gemm_type gt;
@@ -150,8 +150,13 @@ bool gemm_type_of(enum ggml_type t, enum gemm_type *gt);
 // apart) into w, whose data was sized by gemm_weight_init. r0, r1 multiples of
 // 16 (or r1 = rows).
 void gemm_repack_rows(struct gemm_weight *w, const void *src, size_t row_bytes, int64_t r0, int64_t r1);
-// Fills w's shape fields and allocates its data (zeroed). Returns 0, or -1 with a
-// message (unsupported type, cols not a multiple of the block, no memory).
+// Fills w's shape fields (data NULL). Returns 0, or -1 with a message
+// (unsupported type, cols not a multiple of the block).
+int gemm_weight_layout(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols);
+// Bytes of w's data: n_groups × group_bytes.
+size_t gemm_weight_bytes(const struct gemm_weight *w);
+// gemm_weight_layout, then data allocated (zeroed) with aligned_alloc. Returns 0,
+// or -1 with a message (as layout, or no memory). gemm_weight_free frees it.
 int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols);
 void gemm_weight_free(struct gemm_weight *w);
 

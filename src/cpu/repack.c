@@ -31,7 +31,7 @@ bool gemm_type_of(enum ggml_type t, enum gemm_type *gt) {
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols) {
+int gemm_weight_layout(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols) {
     memset(w, 0, sizeof *w);
     if (!gemm_type_of(t, &w->gt)) return st_fail("type %s has no repacked matrix kernels", quant_name(t));
     const int64_t bs = quant_get(t)->block_size;
@@ -66,7 +66,14 @@ int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int6
     default:
         ST_ASSERT(0);
     }
-    const size_t bytes = (size_t)w->n_groups * w->group_bytes;
+    return 0;
+}
+
+size_t gemm_weight_bytes(const struct gemm_weight *w) { return (size_t)w->n_groups * w->group_bytes; }
+
+int gemm_weight_init(struct gemm_weight *w, enum ggml_type t, int64_t rows, int64_t cols) {
+    if (gemm_weight_layout(w, t, rows, cols)) return -1;
+    const size_t bytes = gemm_weight_bytes(w);
     w->data = aligned_alloc(64, bytes);
     if (!w->data)
         return st_fail("cannot allocate %zu bytes for a repacked %lld x %lld %s weight", bytes,
