@@ -8,7 +8,9 @@
 # (Llama 3.2 1B shape) in Q4_0 and in a Q4_K/Q6_K mix with `strata synth`; then
 # for each model and thread count runs `llama-bench -p P -n N -r R -t T` and
 # `strata bench -p P -n N -r R -t T` one after the other, and prints one table:
-# each engine's pp and tg tok/s (mean ± sd) and Strata / llama.cpp.
+# each engine's pp and tg tok/s (mean ± sd), Strata / llama.cpp, and each tg's
+# fraction of its floor (weight bytes over the read ceiling that `strata bench
+# --ceiling` measures with the same threads, in the same condition).
 #
 # Note: llama-bench's tgN starts from an empty context, Strata's follows its ppN
 # prompt (attention over P..P+N positions), which tilts that ratio toward
@@ -208,13 +210,21 @@ for line in sys.stdin:
 print(v["pp"][0], v["pp"][1], v["tg"][0], v["tg"][1], v["mb"])'
 }
 
-run_strata_tg0() { # MODEL THREADS: "tg_mean tg_sd" from an empty context
+run_strata_tg0() { # MODEL THREADS: "tg_mean tg_sd ceiling_GB/s" from an empty context;
+    # on the CPU the read ceiling is measured by `strata bench --ceiling` with the same threads
+    # right after, on the GPU it is test_ops's (CEIL)
+    local ceil_flag="--ceiling"
+    [ "$GPU" = 1 ] && ceil_flag=""
     # shellcheck disable=SC2046
-    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" $(strata_flags "$2") 2>/dev/null | python3 -c '
+    "$STRATA" bench -m "$1" -p 0 -n "$N" -r "$R" $(strata_flags "$2") $ceil_flag 2>/dev/null | python3 -c '
 import re, sys
+tg, ceil = None, sys.argv[1]
 for line in sys.stdin:
     m = re.match(r"tg\d+\s+([\d.]+) ± ([\d.]+) tok/s", line)
-    if m: print(m.group(1), m.group(2))'
+    if m: tg = m.group(1) + " " + m.group(2)
+    m = re.match(r"ceiling\s+([\d.]+) GB/s", line)
+    if m: ceil = m.group(1)
+print(tg, ceil)' "$CEIL"
 }
 
 busy_pid=""
@@ -244,7 +254,7 @@ for round in $(seq "$ROUNDS"); do
                 z=$(run_strata_tg0 "$f" "$t")
                 o="0 0 0 0"
                 [ -n "$OTHER" ] && o=$(run_llama "$OTHER" "$f" "$t")
-                echo "$cond $m $t $l ${s% *} $o $z ${s##* }" | tee -a "$RESULTS" >&2
+                echo "$cond $m $t $l ${s% *} $o ${z% *} ${s##* } ${z##* }" | tee -a "$RESULTS" >&2
             done
         done
         [ "$cond" = busy ] && busy_stop
@@ -258,14 +268,16 @@ DEVICE=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 echo "strata $(git describe --always --dirty --abbrev=7 2>/dev/null || echo '?') | llama.cpp from llama-cpp-python $VER" \
     "${OTHER:+| other: $OTHER} | $(date -u +%Y-%m-%d) | $DEVICE"
 echo "pp$P / tg$N tok/s, mean ± sd of $R (best of $ROUNDS rounds); ratio = Strata / llama.cpp${OTHER:+ (and Strata / other)}"
-[ "$GPU" = 1 ] && echo "floor: tg of (weight bytes / read ceiling), the fraction of it each engine's tg reaches"
+echo "floor: tg of (weight bytes / read ceiling), the fraction of it each engine's tg reaches; the ceiling" \
+    "is $([ "$GPU" = 1 ] && echo "test_ops --perf's" || echo "strata bench --ceiling's, with the row's threads and condition")"
 if [ "$BUSY" = 1 ]; then echo "busy rows: a shell loop spins on CPU $BUSY_CPU meanwhile"; fi
-python3 - "$RESULTS" "$P" "$N" "$CEIL" "${OTHER:+1}" <<'EOF'
+python3 - "$RESULTS" "$P" "$N" "${OTHER:+1}" <<'EOF'
 import sys
-P, N, ceil = sys.argv[2], sys.argv[3], float(sys.argv[4])
-other = len(sys.argv) > 5 and sys.argv[5] == "1"
+P, N = sys.argv[2], sys.argv[3]
+other = len(sys.argv) > 4 and sys.argv[4] == "1"
 best = {}  # (cond, model, t) -> per engine and figure the (mean, sd) of the best round
 mbs = {}  # (cond, model, t) -> the model's weight MB
+ceils = {}  # (cond, model, t) -> the best read ceiling, GB/s
 order = []
 for line in open(sys.argv[1]):
     r = line.split()
@@ -275,6 +287,7 @@ for line in open(sys.argv[1]):
         order.append(key)
     v = [float(x) for x in r[3:17]]
     mbs[key] = float(r[17])
+    ceils[key] = max(ceils.get(key, 0.0), float(r[18]))
     for k in range(7):  # llama pp, tg; strata pp, tg; other pp, tg; strata tg from empty context
         m, sd = v[2 * k], v[2 * k + 1]
         if best[key][k] is None or m > best[key][k][0]:
@@ -283,8 +296,7 @@ hdr = ["cond", "model", "t", f"llama.cpp pp{P}", f"strata pp{P}", "ratio", f"lla
        f"strata tg{N}@0", "ratio@0"]
 if other:
     hdr += [f"other pp{P}", "S/o", f"other tg{N}", "S/o", "S@0/o"]
-if ceil > 0:
-    hdr += ["tg floor", "llama.cpp of floor", "strata of floor"]
+hdr += ["ceiling GB/s", "tg floor", "llama.cpp of floor", "strata of floor"]
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
 f = lambda x: f"{x[0]:.1f} ± {x[1]:.1f}"
@@ -293,9 +305,8 @@ for key in order:
     cells = list(key) + [f(lp), f(sp), f"{sp[0]/lp[0]:.2f}", f(lt), f(st), f"{st[0]/lt[0]:.2f}", f(sz), f"{sz[0]/lt[0]:.2f}"]
     if other:
         cells += [f(op), f"{sp[0]/op[0]:.2f}", f(ot), f"{st[0]/ot[0]:.2f}", f"{sz[0]/ot[0]:.2f}"]
-    if ceil > 0:
-        floor = ceil * 1e3 / mbs[key]  # tok/s when every weight byte streams at the ceiling
-        cells += [f"{floor:.0f}", f"{lt[0]/floor:.0%}", f"{sz[0]/floor:.0%}"]
+    floor = ceils[key] * 1e3 / mbs[key]  # tok/s when every weight byte streams at the ceiling
+    cells += [f"{ceils[key]:.1f}", f"{floor:.0f}", f"{lt[0]/floor:.0%}", f"{sz[0]/floor:.0%}"]
     print("| " + " | ".join(cells) + " |")
 EOF
 rm -f "$RESULTS"

@@ -62,6 +62,8 @@ expect bench_parallel 0 "tg8 .*ms/step" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 
 expect bench_parallel_zero 2 "-np: 0 is out of range \\[1, 256\\]" -- bench -m "$tmp/tiny.gguf" -np 0
 expect bench_parallel_huge 2 "-np: 300 is out of range" -- bench -m "$tmp/tiny.gguf" -np 300
 expect bench_busy 0 "tg8 .*busy: another process spins on CPU" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --busy
+expect bench_ceiling 0 "ceiling  [0-9.]* GB/s read: tg floor [0-9.]* tok/s, tg8 at [0-9]*% of it" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --ceiling
+expect bench_ceiling_ref 0 "ceiling  .* GB/s read" -- bench -m "$tmp/tiny.gguf" -p 0 -n 2 -r 1 --ceiling --backend cpu-ref
 expect synth_q4_k_m 0 "wrote" -- synth -o "$tmp/k.gguf" --type Q4_K_M --dim 256 --ff 512 --layers 3
 expect run_q4_k_m 0 "generated 4 tokens" -- run -m "$tmp/k.gguf" -p "hello" -n 4 --temp 0
 export STRATA_CPU_ISA=sse9

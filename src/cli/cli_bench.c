@@ -12,6 +12,7 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cpu/membw.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "util.h"
@@ -30,6 +31,9 @@ static const char bench_help[] =
     "  -r, --repetitions N    repetitions after one warm-up (default: 3)\n"
     "      --busy             then measure again with a competing process spinning on\n"
     "                         one core (the last this process may use), and print both\n"
+    "      --ceiling          also measure the host memory's read bandwidth with the same\n"
+    "                         threads (a 1 GiB buffer; CPU backends) and print tgN's\n"
+    "                         fraction of the floor it sets: weight bytes / bandwidth\n"
     "  -h, --help             this help\n"
     "\n"
     "Model options:\n";
@@ -73,8 +77,9 @@ static int measure(struct context **seq, int n_seq, const int32_t *toks, long lo
 }
 
 // tg counts the tokens of n_par sequences; a step (one weight read) makes n_par.
+// With a read ceiling (bytes/s, --ceiling) the floor line follows.
 static void report(const char *tag, const struct model *m, long long n_prompt, long long n_gen,
-                   long long n_par, const double *pp, const double *tg, long long reps) {
+                   long long n_par, const double *pp, const double *tg, long long reps, double ceiling) {
     double mean, sd;
     if (n_prompt > 0) {
         stats(pp, (int)reps, &mean, &sd);
@@ -85,7 +90,21 @@ static void report(const char *tag, const struct model *m, long long n_prompt, l
         printf("tg%-5lld %10.1f ± %.1f tok/s  (%.2f ms/%s, weights streamed at %.1f GB/s)%s\n", n_gen, mean,
                sd, 1e3 * (double)n_par / mean, n_par > 1 ? "step" : "tok",
                mean / (double)n_par * m->weight_bytes / 1e9, tag);
+        if (ceiling > 0) {
+            const double floor_tps = ceiling / (double)m->weight_bytes * (double)n_par;
+            printf("ceiling  %.1f GB/s read: tg floor %.1f tok/s, tg%lld at %.0f%% of it%s\n", ceiling / 1e9,
+                   floor_tps, n_gen, 100 * mean / floor_tps, tag);
+        }
     }
+}
+
+// The read ceiling for --ceiling (CPU backends): bytes/s, or -1 with a message.
+static double ceiling_of(const struct backend *be, int n_threads) {
+    if (strncmp(be->name, "cpu", 3))
+        return st_fail("--ceiling measures host memory, and the %s backend's weights are on its device "
+                       "(test_ops --perf measures a GPU's read bandwidth)",
+                       be->name);
+    return cpu_read_bandwidth(n_threads, (size_t)1 << 30, 3);
 }
 
 // A child process that spins on the last CPU this process may run on; *cpu
@@ -117,7 +136,7 @@ int cli_bench(int argc, char **argv) {
     struct cli_model_opts o;
     cli_model_opts_default(&o);
     long long n_prompt = 512, n_gen = 128, reps = 3, n_par = 1;
-    bool busy = false;
+    bool busy = false, ceiling = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = cli_model_opt(&o, argc, argv, &i);
@@ -136,6 +155,8 @@ int cli_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 256, &n_par)) goto usage_error;
         } else if (!strcmp(a, "--busy")) {
             busy = true;
+        } else if (!strcmp(a, "--ceiling")) {
+            ceiling = true;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1000, &reps)) goto usage_error;
         } else {
@@ -179,6 +200,8 @@ int cli_bench(int argc, char **argv) {
     }
     double *pp = st_xcalloc((size_t)reps, sizeof *pp), *tg = st_xcalloc((size_t)reps, sizeof *tg);
     int status = measure(ss.seq, ss.n_seq, toks, n_prompt, n_gen, reps, logits, pp, tg);
+    double ceil_bps = 0;
+    if (!status && ceiling && (ceil_bps = ceiling_of(be, o.s.n_threads)) < 0) status = -1;
     if (!status) {
         char threads[16] = "all cores";
         if (o.s.n_threads > 0) snprintf(threads, sizeof threads, "%d", o.s.n_threads);
@@ -186,7 +209,7 @@ int cli_bench(int argc, char **argv) {
         if (n_par > 1) snprintf(par, sizeof par, " | %lld sequences", n_par);
         printf("model %s | %s | backend %s | threads %s | weights %.1f MB%s\n", o.s.model, m->hp.arch,
                be->name, threads, m->weight_bytes / 1e6, par);
-        report("", m, n_prompt, n_gen, n_par, pp, tg, reps);
+        report("", m, n_prompt, n_gen, n_par, pp, tg, reps, ceil_bps);
     }
     if (!status && busy) {
         int cpu;
@@ -195,10 +218,11 @@ int cli_bench(int argc, char **argv) {
             status = -1;
         } else {
             status = measure(ss.seq, ss.n_seq, toks, n_prompt, n_gen, reps, logits, pp, tg);
+            if (!status && ceiling && (ceil_bps = ceiling_of(be, o.s.n_threads)) < 0) status = -1;
             busy_stop(pid);
             char tag[64];
             snprintf(tag, sizeof tag, "  busy: another process spins on CPU %d", cpu);
-            if (!status) report(tag, m, n_prompt, n_gen, n_par, pp, tg, reps);
+            if (!status) report(tag, m, n_prompt, n_gen, n_par, pp, tg, reps, ceil_bps);
         }
     }
     if (status) fprintf(stderr, "strata: %s\n", st_last_error());
