@@ -236,7 +236,13 @@ busy_start() {
     busy_pid=$!
     BUSY_CPU=$cpu
 }
-busy_stop() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null && wait "$busy_pid" 2>/dev/null; busy_pid=""; }
+busy_stop() { # the killed loop's status (143) is no failure: set -e must not end the run here
+    if [ -n "$busy_pid" ]; then
+        kill "$busy_pid" 2>/dev/null || true
+        wait "$busy_pid" 2>/dev/null || true
+    fi
+    busy_pid=""
+}
 trap busy_stop EXIT
 
 RESULTS=$(mktemp)
