@@ -24,7 +24,9 @@ struct hugemem {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-struct hugemem *hugemem_init(void) { return st_xcalloc(1, sizeof(struct hugemem)); }
+struct hugemem *hugemem_init(void) {
+    return st_xcalloc(1, sizeof(struct hugemem));
+}
 
 // Maps size bytes (a multiple of HUGE_PAGE) at a HUGE_PAGE boundary: a larger
 // mapping trimmed at both ends.

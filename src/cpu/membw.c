@@ -14,7 +14,7 @@
 struct read_job {
     const uint64_t *buf;
     size_t words;
-    uint64_t sums[64]; // one per thread, so the reads cannot be dropped
+    uint64_t *sums; // one per thread (8 apart: no shared cache line), so the reads cannot be dropped
 };
 
 static void read_chunk(void *arg, int chunk, int ith) {
@@ -26,7 +26,7 @@ static void read_chunk(void *arg, int chunk, int ith) {
         for (int k = 0; k < 8; k++) a[k] ^= j->buf[i + k];
     uint64_t s = 0;
     for (int k = 0; k < 8; k++) s += a[k];
-    j->sums[ith & 63] += s;
+    j->sums[8 * (size_t)ith] += s;
 }
 
 double cpu_read_bandwidth(int n_threads, size_t bytes, int passes) {
@@ -34,12 +34,13 @@ double cpu_read_bandwidth(int n_threads, size_t bytes, int passes) {
     uint64_t *buf = hugemem_buffer(bytes);
     if (!buf) return -1;
     memset(buf, 1, bytes); // fault every page in before timing
-    struct threadpool *tp = threadpool_init(n_threads > 0 ? n_threads : threadpool_default_threads());
+    const int nth = n_threads > 0 ? n_threads : threadpool_default_threads();
+    struct threadpool *tp = threadpool_init(nth);
     if (!tp) {
         free(buf);
         return -1;
     }
-    struct read_job j = {.buf = buf, .words = bytes / 8};
+    struct read_job j = {.buf = buf, .words = bytes / 8, .sums = st_xcalloc(8 * (size_t)nth, sizeof *j.sums)};
     double best = 0;
     for (int p = 0; p < passes; p++) {
         const double t0 = st_time_s();
@@ -48,8 +49,9 @@ double cpu_read_bandwidth(int n_threads, size_t bytes, int passes) {
         if (dt > 0 && bytes / dt > best) best = bytes / dt;
     }
     volatile uint64_t sink = 0;
-    for (int i = 0; i < 64; i++) sink += j.sums[i];
+    for (int i = 0; i < nth; i++) sink += j.sums[8 * (size_t)i];
     (void)sink;
+    free(j.sums);
     threadpool_free(tp);
     free(buf);
     return best;
