@@ -24,6 +24,16 @@ struct hugemem {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// Asks for huge pages over [p, p + size) (p and size multiples of HUGE_PAGE):
+// advice only, without THP the pages stay small.
+static void advise_huge(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE);
+#else
+    (void)p, (void)size;
+#endif
+}
+
 struct hugemem *hugemem_init(void) {
     return st_xcalloc(1, sizeof(struct hugemem));
 }
@@ -38,9 +48,7 @@ static void *map_aligned(size_t size) {
     if (head) munmap(p, head);
     if (HUGE_PAGE - head) munmap(p + head + size, HUGE_PAGE - head);
     p += head;
-#ifdef MADV_HUGEPAGE
-    madvise(p, size, MADV_HUGEPAGE); // advice only: without THP the pages stay small
-#endif
+    advise_huge(p, size);
     return p;
 }
 
@@ -111,8 +119,6 @@ void *hugemem_buffer(size_t bytes) {
         st_fail("cannot allocate %zu bytes of host memory", bytes);
         return NULL;
     }
-#ifdef MADV_HUGEPAGE
-    if (align == HUGE_PAGE) madvise(p, round_up(bytes, align), MADV_HUGEPAGE);
-#endif
+    if (align == HUGE_PAGE) advise_huge(p, round_up(bytes, align));
     return p;
 }
