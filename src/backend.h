@@ -101,6 +101,14 @@ struct backend {
     // callers then call matmul for each weight.
     void (*matmul_multi)(struct backend *be, const struct weight *const *w, int n_w, const float *x,
                          float *const *y, int n);
+    // out (n, dim) = rms_norm(x) with weight nw, as rms_norm gives it (out may
+    // be x), and y[i] (n, w[i].rows) = out · w[i]ᵀ for i < n_w ≤ 4, weights of
+    // dim cols, as matmul_multi gives them: the norm taken in the products'
+    // pass over their input. May be NULL: callers then call rms_norm and the
+    // products.
+    void (*norm_matmul_multi)(struct backend *be, const struct weight *nw, float eps, const float *x,
+                              float *out, int dim, const struct weight *const *w, int n_w, float *const *y,
+                              int n);
     // x (n, dim) += b (dim), each row   (b: F32 weight of dim)
     void (*add_bias)(struct backend *be, const struct weight *b, float *x, int n, int dim);
     // In place: rotates x (r->n, n_head, head_dim), row i for position r->pos[i]

@@ -442,20 +442,25 @@ static void test_matmul(const struct be_entry *e) {
            cases, N_TYPES);
 }
 
-// matmul_multi against the backend's own matmul of each weight: the same bits
-// (matmul itself is held to the reference above). Mixed types share an input
-// (a K-quant model's q, k in Q4_K and v in Q6_K), some not repacked on the CPU.
+// matmul_multi against the backend's own matmul of each weight: the same bits;
+// then norm_matmul_multi (where the backend has it) against its own rms_norm
+// and matmul_multi, the norm's output written apart from x and in place over
+// it: the same bits again (rms_norm and matmul are held to the reference by
+// their own tests). Weights with and without repacked CPU kernels (Q5_K, F16
+// take the plain ops), several activation layouts at once.
 static void test_matmul_multi(const struct be_entry *e) {
     if (!e->be->matmul_multi) {
         printf("  --   %s matmul_multi: none (the forward pass calls matmul for each weight)\n", e->be->name);
         return;
     }
-    static const enum ggml_type sets[][3] = {{GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K},
-                                             {GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, GGML_TYPE_Q4_1},
-                                             {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F16},
-                                             {GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K}};
+    static const enum ggml_type sets[][3] = {
+        {GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, GGML_TYPE_Q4_1},
+        {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F16},  {GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K},
+        {GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0}, {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K}};
     static const int64_t rows[3] = {40, 17, 130};
     static const int ns[] = {1, 3, 8, 17, 40};
+    static const char *const modes[] = {"matmul_multi", "norm_matmul_multi", "norm_matmul_multi in place"};
+    const int n_modes = e->be->norm_matmul_multi ? 3 : 1;
 #ifdef STRATA_GPU
     // one launch takes a set of weights of one type, its threads per row or
     // rows per warp picked for all of them: fixed here, so that each weight's
@@ -466,62 +471,88 @@ static void test_matmul_multi(const struct be_entry *e) {
     int cases = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++)
         for (int n_w = 1; n_w <= 3; n_w++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++, cases++) {
-                const int64_t cols = 512;
-                const int n = ns[ni];
-                struct weight w[3];
-                const struct weight *wp[3];
-                float *by[3], *want[3];
-                float *x = xmalloc_f((size_t)n * cols), *got = xmalloc_f((size_t)n * 130);
-                fill_normal(x, (size_t)n * cols);
-                float *bx = put(e->be, x, (size_t)n * cols * sizeof(float));
-                bool ok = true;
-                for (int i = 0; i < n_w; i++) {
-                    w[i] = make_weight(sets[si][i], rows[i], cols);
-                    wp[i] = &w[i];
-                    ok = ok && !e->be->prepare_weight(e->be, &w[i]);
-                    by[i] = put(e->be, NULL, (size_t)n * rows[i] * sizeof(float));
-                    want[i] = xmalloc_f((size_t)n * rows[i]);
-                }
-                if (ok) {
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                for (int mode = 0; mode < n_modes; mode++, cases++) {
+                    const int64_t cols = 512;
+                    const int n = ns[ni];
+                    const size_t nx = (size_t)n * cols;
+                    struct weight g = make_weight(GGML_TYPE_F32, 1, cols), w[3];
+                    const struct weight *wp[3];
+                    float *by[3], *want[3];
+                    float *x = xmalloc_f(nx), *want_h = xmalloc_f(nx),
+                          *got = xmalloc_f(nx > 130 * (size_t)n ? nx : 130 * (size_t)n);
+                    fill_normal(x, nx);
+                    float *bx = put(e->be, x, nx * sizeof(float)), *bh = put(e->be, NULL, nx * sizeof(float));
+                    bool ok = !e->be->prepare_weight(e->be, &g);
                     for (int i = 0; i < n_w; i++) {
-                        e->be->matmul(e->be, &w[i], bx, by[i], n);
-                        ok = ok && get(e->be, want[i], by[i], (size_t)n * rows[i]);
-                        poison(e->be, by[i], (size_t)n * rows[i]);
+                        w[i] = make_weight(sets[si][i], rows[i], cols);
+                        wp[i] = &w[i];
+                        ok = ok && !e->be->prepare_weight(e->be, &w[i]);
+                        by[i] = put(e->be, NULL, (size_t)n * rows[i] * sizeof(float));
+                        want[i] = xmalloc_f((size_t)n * rows[i]);
                     }
-                    e->be->matmul_multi(e->be, wp, n_w, bx, by, n);
-                    for (int i = 0; ok && i < n_w; i++) {
-                        ok = get(e->be, got, by[i], (size_t)n * rows[i]) &&
-                             !memcmp(got, want[i], sizeof(float) * (size_t)n * rows[i]);
-                        if (!ok)
-                            printf(
-                                "  FAIL %s matmul_multi: weight %d of %d (%s %lldx%lld), n=%d: not matmul's "
-                                "bits\n",
-                                e->be->name, i, n_w, quant_name(sets[si][i]), (long long)rows[i],
-                                (long long)cols, n);
+                    if (ok) { // the plain ops first
+                        if (mode) {
+                            e->be->rms_norm(e->be, &g, bx, bh, n, (int)cols, 1e-5f);
+                            ok = get(e->be, want_h, bh, nx);
+                            e->be->matmul_multi(e->be, wp, n_w, bh, by, n);
+                            poison(e->be, bh, nx);
+                        } else {
+                            for (int i = 0; i < n_w; i++) e->be->matmul(e->be, &w[i], bx, by[i], n);
+                        }
+                        for (int i = 0; i < n_w; i++) {
+                            ok = ok && get(e->be, want[i], by[i], (size_t)n * rows[i]);
+                            poison(e->be, by[i], (size_t)n * rows[i]);
+                        }
                     }
-                } else {
-                    printf("  FAIL %s matmul_multi: prepare_weight or download: %s\n", e->be->name,
-                           st_last_error());
+                    float *h = mode == 2 ? bx : bh;
+                    if (ok) {
+                        if (mode)
+                            e->be->norm_matmul_multi(e->be, &g, 1e-5f, bx, h, (int)cols, wp, n_w, by, n);
+                        else
+                            e->be->matmul_multi(e->be, wp, n_w, bx, by, n);
+                        if (mode && !(get(e->be, got, h, nx) && !memcmp(got, want_h, nx * sizeof(float)))) {
+                            ok = false;
+                            printf("  FAIL %s %s: n=%d: the norm's output is not rms_norm's bits\n",
+                                   e->be->name, modes[mode], n);
+                        }
+                        for (int i = 0; ok && i < n_w; i++) {
+                            ok = get(e->be, got, by[i], (size_t)n * rows[i]) &&
+                                 !memcmp(got, want[i], sizeof(float) * (size_t)n * rows[i]);
+                            if (!ok)
+                                printf(
+                                    "  FAIL %s %s: weight %d of %d (%s %lldx%lld), n=%d: not the plain ops' "
+                                    "bits\n",
+                                    e->be->name, modes[mode], i, n_w, quant_name(sets[si][i]),
+                                    (long long)rows[i], (long long)cols, n);
+                        }
+                    } else {
+                        printf("  FAIL %s %s: prepare_weight or download: %s\n", e->be->name, modes[mode],
+                               st_last_error());
+                    }
+                    if (ok)
+                        test_n_pass++;
+                    else
+                        test_n_fail++;
+                    for (int i = 0; i < n_w; i++) {
+                        e->be->release(e->be, by[i]);
+                        e->be->release_weight(e->be, &w[i]);
+                        free((void *)w[i].data);
+                        free(want[i]);
+                    }
+                    e->be->release_weight(e->be, &g);
+                    e->be->release(e->be, bx);
+                    e->be->release(e->be, bh);
+                    free((void *)g.data);
+                    free(x);
+                    free(want_h);
+                    free(got);
                 }
-                if (ok)
-                    test_n_pass++;
-                else
-                    test_n_fail++;
-                for (int i = 0; i < n_w; i++) {
-                    e->be->release(e->be, by[i]);
-                    e->be->release_weight(e->be, &w[i]);
-                    free((void *)w[i].data);
-                    free(want[i]);
-                }
-                e->be->release(e->be, bx);
-                free(x);
-                free(got);
-            }
 #ifdef STRATA_GPU
     if (e->gpu) gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0);
 #endif
-    printf("  %s %s matmul_multi: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
+    printf("  %s %s matmul_multi%s: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name,
+           n_modes > 1 ? " and norm_matmul_multi" : "", cases);
 }
 
 // A product of the output of an op, held to the product of a fresh copy of

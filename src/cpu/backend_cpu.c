@@ -173,14 +173,20 @@ static void cpu_matmul(struct backend *be, const struct weight *w, const float *
     threadpool_run(c->tp, mm_worker, &j);
 }
 
+// Whether every one of the n_w weights is repacked (into gw) with cols columns.
+static bool all_repacked(const struct cpu *c, const struct weight *const *w, int n_w, int64_t cols,
+                         const struct gemm_weight **gw) {
+    bool all = n_w <= GEMM_MAX_PRODUCTS;
+    for (int i = 0; all && i < n_w; i++) all = (gw[i] = repacked(c, w[i])) && w[i]->cols == cols;
+    return all;
+}
+
 static void cpu_matmul_multi(struct backend *be, const struct weight *const *w, int n_w, const float *x,
                              float *const *y, int n) {
     struct cpu *c = cpu_of(be);
     const struct gemm_weight *gw[GEMM_MAX_PRODUCTS];
-    bool all = n_w <= GEMM_MAX_PRODUCTS; // every weight repacked
-    for (int i = 0; all && i < n_w; i++) all = (gw[i] = repacked(c, w[i])) && w[i]->cols == w[0]->cols;
-    if (all) {
-        gemm_matmul_multi(c->tp, c->isa, gw, n_w, x, y, n, &c->gemm_act, &c->gemm_act_cap);
+    if (all_repacked(c, w, n_w, w[0]->cols, gw)) {
+        gemm_matmul_multi(c->tp, c->isa, gw, n_w, x, NULL, y, n, &c->gemm_act, &c->gemm_act_cap);
         return;
     }
     for (int i = 0; i < n_w; i++) cpu_matmul(be, w[i], x, y[i], n);
@@ -341,6 +347,23 @@ static void cpu_rms_norm(struct backend *be, const struct weight *w, const float
     vec_rms_norm(cpu_of(be)->isa >= GEMM_ISA_AVX512, w->data, x, out, n, dim, eps);
 }
 
+// The norm taken row by row in the products' quantization job (gemm.h's
+// gemm_norm), each row quantized while it is in cache; the plain ops where a
+// weight has no repacked kernels.
+static void cpu_norm_matmul_multi(struct backend *be, const struct weight *nw, float eps, const float *x,
+                                  float *out, int dim, const struct weight *const *w, int n_w,
+                                  float *const *y, int n) {
+    struct cpu *c = cpu_of(be);
+    const struct gemm_weight *gw[GEMM_MAX_PRODUCTS];
+    if (all_repacked(c, w, n_w, dim, gw)) {
+        const struct gemm_norm norm = {.g = nw->data, .eps = eps, .out = out};
+        gemm_matmul_multi(c->tp, c->isa, gw, n_w, x, &norm, y, n, &c->gemm_act, &c->gemm_act_cap);
+        return;
+    }
+    cpu_rms_norm(be, nw, x, out, n, dim, eps);
+    cpu_matmul_multi(be, w, n_w, out, y, n);
+}
+
 // Fills the angle table for the positions of r's rows unless it already holds them.
 static void rope_table(struct cpu *c, const struct batch_rows *r, const struct rope_params *rp) {
     const int half = rp->n_dims / 2, n = r->n;
@@ -432,6 +455,7 @@ struct backend *backend_cpu_init(int n_threads) {
     be->release_weight = cpu_fast_release_weight;
     be->get_rows = cpu_get_rows;
     be->rms_norm = cpu_rms_norm;
+    be->norm_matmul_multi = cpu_norm_matmul_multi;
     be->matmul = cpu_matmul;
     be->matmul_multi = cpu_matmul_multi;
     be->rope = cpu_rope;

@@ -14,6 +14,7 @@
 
 #include "cpu/hugemem.h"
 #include "cpu/threadpool.h"
+#include "cpu/vec_ops.h"
 #include "model/model.h"
 #include "util.h"
 
@@ -286,20 +287,32 @@ struct quant_job {
     gemm_quantize_fn q;
     const float *x;
     struct gemm_act *a[GEMM_MAX_PRODUCTS]; // one per activation layout
-    int per_chunk, chunks_per_act;
+    int n_acts, per_chunk, chunks_per_act;
+    const struct gemm_norm *norm; // or NULL
+    bool avx512;                  // the norm's vector form
 };
 
+// Without a norm, chunk c quantizes a block of rows for one activation
+// layout; with it, a block of rows is normed and quantized for every layout.
 static void quant_chunk(void *arg, int chunk, int ith) {
     (void)ith;
     struct quant_job *j = arg;
-    struct gemm_act *a = j->a[chunk / j->chunks_per_act];
+    const int n = j->a[0]->n;
     const int t0 = chunk % j->chunks_per_act * j->per_chunk;
-    const int t1 = t0 + j->per_chunk < a->n ? t0 + j->per_chunk : a->n;
-    j->q(j->x, a, t0, t1);
+    const int t1 = t0 + j->per_chunk < n ? t0 + j->per_chunk : n;
+    if (!j->norm) {
+        j->q(j->x, j->a[chunk / j->chunks_per_act], t0, t1);
+        return;
+    }
+    const int64_t cols = j->a[0]->cols;
+    vec_rms_norm(j->avx512, j->norm->g, j->x + t0 * cols, j->norm->out + t0 * cols, t1 - t0, (int)cols,
+                 j->norm->eps);
+    for (int k = 0; k < j->n_acts; k++) j->q(j->norm->out, j->a[k], t0, t1);
 }
 
 void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *const *w, int n_w,
-                       const float *x, float *const *y, int n, void **scratch, size_t *scratch_cap) {
+                       const float *x, const struct gemm_norm *norm, float *const *y, int n, void **scratch,
+                       size_t *scratch_cap) {
     ST_ASSERT(n_w >= 1 && n_w <= GEMM_MAX_PRODUCTS);
     // one set of quantized activations per weight type (types differ in the
     // activation blocks' sums they take), each 64-byte aligned in *scratch
@@ -328,11 +341,12 @@ void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct ge
         gemm_act_layout(&a[k], (uint8_t *)*scratch + act_off[k], n, w[0]->cols, act_gt[k]);
     // 16 tokens a chunk, fewer when that leaves threads idle
     const int nth = threadpool_size(tp), tile = gemm_tile_tokens(isa);
-    struct quant_job qj = {.q = gemm_quantizer(isa), .x = x};
+    struct quant_job qj = {
+        .q = gemm_quantizer(isa), .x = x, .n_acts = n_acts, .norm = norm, .avx512 = isa >= GEMM_ISA_AVX512};
     qj.per_chunk = n < 16 * nth ? (n + nth - 1) / nth : 16;
     qj.chunks_per_act = (n + qj.per_chunk - 1) / qj.per_chunk;
     for (int k = 0; k < n_acts; k++) qj.a[k] = &a[k];
-    threadpool_run_chunks(tp, quant_chunk, &qj, n_acts * qj.chunks_per_act);
+    threadpool_run_chunks(tp, quant_chunk, &qj, (norm ? 1 : n_acts) * qj.chunks_per_act);
 
     struct mm_job j = {.n = n};
     int64_t n_chunks = 0;
@@ -359,5 +373,5 @@ void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct ge
 
 void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *w, const float *x,
                  float *y, int n, void **scratch, size_t *scratch_cap) {
-    gemm_matmul_multi(tp, isa, &w, 1, x, &y, n, scratch, scratch_cap);
+    gemm_matmul_multi(tp, isa, &w, 1, x, NULL, &y, n, scratch, scratch_cap);
 }

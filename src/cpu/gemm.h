@@ -208,11 +208,22 @@ void gemm_matmul(struct threadpool *tp, enum gemm_isa isa, const struct gemm_wei
                  float *y, int n, void **scratch, size_t *scratch_cap);
 // The most weights gemm_matmul_multi takes at once.
 #define GEMM_MAX_PRODUCTS 4
+// An RMS norm taken in the products' first job: out (n, cols) =
+// vec_rms_norm(x)·g, each row quantized for the products while it is in cache.
+// out may be x.
+struct gemm_norm {
+    const float *g; // (cols)
+    float eps;
+    float *out;
+};
 // y[i] (n, w[i]->rows) = x · w[i]ᵀ for the n_w ≤ GEMM_MAX_PRODUCTS weights (all
 // of x's cols) as gemm_matmul, in two jobs for all of them: x quantized once per
-// weight type, then the chunks of every product shared out together.
+// weight type, then the chunks of every product shared out together. With
+// norm (else NULL), the products take norm->out, the normed x, made row by row
+// in the first job.
 void gemm_matmul_multi(struct threadpool *tp, enum gemm_isa isa, const struct gemm_weight *const *w, int n_w,
-                       const float *x, float *const *y, int n, void **scratch, size_t *scratch_cap);
+                       const float *x, const struct gemm_norm *norm, float *const *y, int n, void **scratch,
+                       size_t *scratch_cap);
 
 // Per-ISA tables (gemm_scalar.c, gemm_avx2.c, gemm_avxvnni.c, gemm_avx512.c).
 extern const gemm_kernel_fn gemm_kernels_scalar[GEMM_N_TYPES];

@@ -214,6 +214,21 @@ static void linears(struct backend *be, const struct weight *const *w, const str
         if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
 }
 
+// out (n, dim) = rms_norm(x)·nw, then y[i] = out·w[i]ᵀ [+ b[i]] for n_w weights
+// of dim cols: in one op where the backend has it.
+static void norm_linears(struct backend *be, const struct weight *nw, float eps, const float *x, float *out,
+                         int dim, const struct weight *const *w, const struct weight *const *b, int n_w,
+                         float *const *y, int n) {
+    if (!be->norm_matmul_multi) {
+        be->rms_norm(be, nw, x, out, n, dim, eps);
+        linears(be, w, b, n_w, out, y, n);
+        return;
+    }
+    be->norm_matmul_multi(be, nw, eps, x, out, dim, w, n_w, y, n);
+    for (int i = 0; i < n_w; i++)
+        if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
+}
+
 // x (n, w.rows) += h·wᵀ, in one op where the backend has it.
 static void matmul_add(struct context *c, const struct weight *w, const float *h, float *x, float *tmp,
                        int n) {
@@ -226,15 +241,20 @@ static void matmul_add(struct context *c, const struct weight *w, const float *h
     be->add(be, x, tmp, (int64_t)n * w->rows);
 }
 
-// out (n, n_embd) = the dense feed-forward of h (n, n_embd), through hb, hb2;
-// with add, out += it instead (out then not h; xb may be overwritten).
-static void ffn_dense(struct context *c, const struct weight *gate, const struct weight *up,
-                      const struct weight *down, const float *h, float *out, int n, bool add) {
+// out (n, n_embd) = the dense feed-forward of h (n, n_embd), through hb, hb2:
+// h = rms_norm(in)·norm, made into xb, or with norm NULL h = in; with add, out
+// += it instead (out then not h; xb may be overwritten).
+static void ffn_dense(struct context *c, const struct weight *norm, const struct weight *gate,
+                      const struct weight *up, const struct weight *down, const float *in, float *out, int n,
+                      bool add) {
     struct backend *be = c->be;
     const int F = (int)gate->rows;
     const struct weight *gu[2] = {gate, up};
     float *const out_gu[2] = {c->hb, c->hb2};
-    linears(be, gu, NULL, 2, h, out_gu, n);
+    if (norm)
+        norm_linears(be, norm, c->model->hp.norm_eps, in, c->xb, c->model->hp.n_embd, gu, NULL, 2, out_gu, n);
+    else
+        linears(be, gu, NULL, 2, in, out_gu, n);
     be->glu(be, c->model->hp.act, c->hb, c->hb2, c->hb, n, F, F);
     if (add)
         matmul_add(c, down, c->hb, out, c->xb, n); // h (xb) is no longer needed
@@ -249,7 +269,7 @@ static void ffn_experts(struct context *c, const struct layer_weights *L, int n)
     const struct model_hparams *hp = &c->model->hp;
     const int k = hp->n_expert_used, F = hp->n_ff_exp, E = hp->n_embd;
     if (weight_present(&L->gate_shexp)) {
-        ffn_dense(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, c->xb, c->xb2, n, false);
+        ffn_dense(c, NULL, &L->gate_shexp, &L->up_shexp, &L->down_shexp, c->xb, c->xb2, n, false);
         if (weight_present(&L->gate_inp_shexp)) { // xb2 ·= sigmoid(h·w)
             const struct moe_params gate = {1, 1, MOE_GATING_SIGMOID, false, 1.0f};
             be->matmul(be, &L->gate_inp_shexp, c->xb, c->moe_logits, n);
@@ -329,10 +349,9 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
     for (int l = 0; l < hp->n_layer; l++) {
         const struct layer_weights *L = &m->layers[l];
         // attention block
-        be->rms_norm(be, &L->attn_norm, c->x, c->xb, n, E, hp->norm_eps);
         const struct weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *qkv_b[3] = {&L->bq, &L->bk, &L->bv};
         float *const out_qkv[3] = {c->q, c->k, c->v};
-        linears(be, qkv, qkv_b, 3, c->xb, out_qkv, n);
+        norm_linears(be, &L->attn_norm, hp->norm_eps, c->x, c->xb, E, qkv, qkv_b, 3, out_qkv, n);
         if (weight_present(&L->q_norm)) { // per head: (n·heads, head_dim)
             be->rms_norm(be, &L->q_norm, c->q, c->q, n * hp->n_head, hd, hp->norm_eps);
             be->rms_norm(be, &L->k_norm, c->k, c->k, n * hp->n_head_kv, hd, hp->norm_eps);
@@ -347,12 +366,13 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
             be->add(be, c->x, c->xb, nE);
         }
         // feed-forward block
-        be->rms_norm(be, &L->ffn_norm, c->x, c->xb, n, E, hp->norm_eps);
         const bool post = weight_present(&L->ffn_post_norm), experts = weight_present(&L->gate_inp);
-        if (experts)
+        if (experts) {
+            be->rms_norm(be, &L->ffn_norm, c->x, c->xb, n, E, hp->norm_eps);
             ffn_experts(c, L, n);
-        else // without a post-norm the residual add is fused into the down product
-            ffn_dense(c, &L->w_gate, &L->w_up, &L->w_down, c->xb, post ? c->xb : c->x, n, !post);
+        } else { // without a post-norm the residual add is fused into the down product
+            ffn_dense(c, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down, c->x, post ? c->xb : c->x, n, !post);
+        }
         if (experts || post) {
             if (post) be->rms_norm(be, &L->ffn_post_norm, c->xb, c->xb, n, E, hp->norm_eps);
             be->add(be, c->x, c->xb, nE);
