@@ -20,8 +20,10 @@
 //   test_ops --require-gpu   fail rather than skip when no GPU is usable
 //   test_ops --gpu-only   skip the CPU backend (for runs under a memory checker)
 //   test_ops --perf       GPU benchmarks: read-bandwidth ceiling, then matrix ×
-//                         vector GB/s per type, shape and threads per row
+//                         vector GB/s per type, shape and threads per row; the
+//                         int8 tile-product rate, then 512-token products' TOPS
 //   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
+//   test_ops --perf-only Q4_0:14336x4096x512   the same, a 512-token product
 //   test_ops --only matmul,attention        only these groups of cases (names below)
 #include "test.h"
 
@@ -1348,7 +1350,56 @@ static void test_argmax(const struct be_entry *e) {
 
 // --- benchmarks ------------------------------------------------------------------------
 
-// only: "TYPE:ROWSxCOLS" restricts the table to one type and shape, or NULL.
+// The prompt products: a 512-token product of each type and shape, as integer
+// operations a second against the int8 tile-product rate measured first.
+// only: "TYPE:ROWSxCOLSx512" restricts the table to one type and shape, or NULL.
+static void perf_prompt(struct backend *be, const char *only, const enum ggml_type *types, size_t n_types) {
+    enum { N = 512 };
+    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    if (only && strchr(only, 'x') == strrchr(only, 'x')) return; // a matrix × vector key
+    double peak = 0;
+    if (gpu_bench_mma(be, 15, &peak)) {
+        printf("  FAIL tensor-core rate: %s\n", st_last_error());
+        test_n_fail++;
+        return;
+    }
+    printf("\nint8 tile-product ceiling: %.0f TOPS (st_mma_s8_k32 from registers, median of 15)\n", peak);
+    printf("matrix x matrix, %d tokens (the prompt products; 2 copies of the weights rotating; median of\n"
+           "10 passes)\n| type | rows x cols | us | TOPS | of ceiling |\n|---|---|---|---|---|\n",
+           N);
+    float *x = xmalloc_f((size_t)N * 14336);
+    fill_normal(x, (size_t)N * 14336);
+    for (size_t ti = 0; ti < n_types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            char key[64];
+            snprintf(key, sizeof key, "%s:%lldx%lldx%d", quant_name(types[ti]), (long long)rows,
+                     (long long)cols, N);
+            if (only && strcmp(only, key)) continue;
+            struct weight w = make_weight(types[ti], rows, cols);
+            struct weight ws[2] = {w, w};
+            struct weight *wp[2] = {&ws[0], &ws[1]};
+            int prepared = 0;
+            while (prepared < 2 && !be->prepare_weight(be, &ws[prepared])) prepared++;
+            float *bx = prepared == 2 ? put(be, x, sizeof(float) * (size_t)N * (size_t)cols) : NULL;
+            double sec = 0;
+            if (!bx || gpu_bench_matmul(be, wp, 2, bx, N, 10, false, &sec)) {
+                printf("  FAIL prompt bench %s: %s\n", key, st_last_error());
+                test_n_fail++;
+            } else {
+                const double tops = 2.0 * (double)rows * (double)cols * N / sec / 1e12;
+                printf("| %s | %lldx%lld | %.1f | %.1f | %.1f%% |\n", quant_name(types[ti]), (long long)rows,
+                       (long long)cols, sec * 1e6, tops, 100.0 * tops / peak);
+            }
+            if (bx) be->release(be, bx);
+            for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+            free((void *)w.data);
+        }
+    free(x);
+}
+
+// only: "TYPE:ROWSxCOLS" restricts the matrix × vector table to one type and
+// shape ("TYPE:ROWSxCOLSx512" the prompt table), or NULL.
 static void perf(struct backend *be, const char *only) {
     double ceiling = 0;
     if (gpu_bench_read_bw(be, (size_t)2 << 30, 15, &ceiling)) {
@@ -1423,6 +1474,7 @@ static void perf(struct backend *be, const char *only) {
             for (int c = 0; c < copies; c++) be->release_weight(be, &ws[c]);
             free((void *)w.data);
         }
+    perf_prompt(be, only, types, sizeof types / sizeof *types - 1); // no F16: its prompts take another path
 }
 #endif
 
@@ -1465,9 +1517,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS] [--require-gpu] [--gpu-only] [--only "
-                   "GROUP,...]\n",
-                   argv[0]);
+            printf(
+                "usage: %s [--perf | --perf-only TYPE:ROWSxCOLS[x512]] [--require-gpu] [--gpu-only] [--only "
+                "GROUP,...]\n",
+                argv[0]);
             print_groups();
             return 2;
         }

@@ -114,6 +114,11 @@ void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out)
 // loads over a buffer of `bytes`. Returns 0, or -1 with a message.
 int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps);
 
+// Int8 tile products a second (1e12 operations, a multiply and an add each)
+// from registers: the prompt products' ceiling (tensor cores where the device
+// has them, else the compat layer's twin). Returns 0, or -1 with a message.
+int gpu_bench_mma(struct backend *be, int reps, double *tops);
+
 // Seconds of one product y = x · wᵀ (x: n tokens, a backend buffer; weights
 // prepared by be, all with the same cols), the core kernel alone (activations
 // quantized once beforehand): each timed rep runs ws[0..n_ws) back to back, so

@@ -1021,6 +1021,13 @@ int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps) 
     return 0;
 }
 
+int gpu_bench_mma(struct backend *be, int reps, double *tops) {
+    struct gpu_be *g = gb(be);
+    if (gpu_mma_rate(reps, g->n_sm, g->stream, tops))
+        return take_error(g), st_fail("tensor-core rate benchmark failed: %s", g->error);
+    return 0;
+}
+
 static int bench_product(struct gpu_be *g, const struct weight *w, const float *x, int n) {
     return products(g, &w, 1, x, &g->bench_y, n, false);
 }
