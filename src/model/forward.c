@@ -203,6 +203,13 @@ static void linear(struct backend *be, const struct weight *w, const struct weig
     if (weight_present(b)) be->add_bias(be, b, y, n, (int)w->rows);
 }
 
+// y[i] (n, w[i].rows) += b[i] for those of the n_w weights that have a bias (b may be NULL).
+static void add_biases(struct backend *be, const struct weight *const *w, const struct weight *const *b,
+                       int n_w, float *const *y, int n) {
+    for (int i = 0; b && i < n_w; i++)
+        if (weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
+}
+
 // y[i] (n, w[i].rows) = x·w[i]ᵀ [+ b[i]] for n_w weights that share the input x.
 static void linears(struct backend *be, const struct weight *const *w, const struct weight *const *b, int n_w,
                     const float *x, float *const *y, int n) {
@@ -210,8 +217,7 @@ static void linears(struct backend *be, const struct weight *const *w, const str
         be->matmul_multi(be, w, n_w, x, y, n);
     else
         for (int i = 0; i < n_w; i++) be->matmul(be, w[i], x, y[i], n);
-    for (int i = 0; i < n_w; i++)
-        if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
+    add_biases(be, w, b, n_w, y, n);
 }
 
 // out (n, dim) = rms_norm(x)·nw, then y[i] = out·w[i]ᵀ [+ b[i]] for n_w weights
@@ -225,8 +231,7 @@ static void norm_linears(struct backend *be, const struct weight *nw, float eps,
         return;
     }
     be->norm_matmul_multi(be, nw, eps, x, out, dim, w, n_w, y, n);
-    for (int i = 0; i < n_w; i++)
-        if (b && weight_present(b[i])) be->add_bias(be, b[i], y[i], n, (int)w[i]->rows);
+    add_biases(be, w, b, n_w, y, n);
 }
 
 // x (n, w.rows) += h·wᵀ, in one op where the backend has it.
