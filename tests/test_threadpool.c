@@ -163,6 +163,74 @@ static void test_workers_share(void) {
     threadpool_free(tp);
 }
 
+// Chunks that keep the CPU busy for chunk_us each.
+static atomic_int chunk_us;
+static void busy_chunk(void *arg, int chunk, int ith) {
+    (void)ith;
+    struct job *j = arg;
+    const double t0 = st_time_s(), us = atomic_load(&chunk_us);
+    while ((st_time_s() - t0) * 1e6 < us) {}
+    atomic_fetch_add(&j->runs[chunk], 1);
+}
+
+// Runs jobs of busy chunks, every 64th with chunks of 300 µs (a worker that
+// takes one is in the job long enough to look at its waiting), the others
+// of `us`, until `until` holds or `seconds` pass; false if a job went wrong.
+static bool run_busy_jobs(struct threadpool *tp, int us, bool (*until)(struct threadpool *), double seconds) {
+    static struct job j;
+    const double t0 = st_time_s();
+    for (int rep = 0; st_time_s() - t0 < seconds; rep++) {
+        const int n = 4 + rep % 5;
+        atomic_store(&chunk_us, rep % 64 == 0 ? 300 : us);
+        job_reset(&j, threadpool_size(tp), 0);
+        threadpool_run_chunks(tp, busy_chunk, &j, n);
+        char what[64];
+        snprintf(what, sizeof what, "job %d chunks %d", rep, n);
+        if (!job_ok(&j, n, what)) return false;
+        if (until && until(tp)) break;
+    }
+    return true;
+}
+
+static bool someone_sits(struct threadpool *tp) { return threadpool_sitting(tp) > 0; }
+static bool nobody_sits(struct threadpool *tp) { return threadpool_sitting(tp) == 0; }
+
+// Fake run-queue waits: half of the time passed (a core shared with a busy
+// process), or none.
+static int64_t waited_half(void) { return (int64_t)(st_time_s() * 0.5e9); }
+static int64_t waited_none(void) { return 0; }
+
+// A worker kept waiting half the time while the jobs are short sits out (and
+// every chunk still runs once, on the caller); with jobs long enough for its
+// share to pay, it does not; once it no longer waits, it joins again; and a
+// pool freed while one sits out stops it.
+static void test_contended_workers_sit_out(void) {
+    threadpool_set_waited_source(waited_half);
+    struct threadpool *tp = threadpool_init(2);
+    CHECK(tp != NULL, "threadpool_init: %s", st_last_error());
+    if (tp) {
+        run_busy_jobs(tp, 1000, someone_sits, 0.5); // jobs of a millisecond or more: its share pays
+        CHECK(threadpool_sitting(tp) == 0, "a waiting worker sat out of jobs of 1 ms");
+        threadpool_free(tp);
+    }
+    tp = threadpool_init(2);
+    CHECK(tp != NULL, "threadpool_init: %s", st_last_error());
+    if (tp) {
+        run_busy_jobs(tp, 5, someone_sits, 3.0);
+        CHECK(threadpool_sitting(tp) == 1, "a worker waiting half the time did not sit out of short jobs");
+        threadpool_free(tp); // returns (the test's alarm catches a worker that never stops)
+    }
+    tp = threadpool_init(2);
+    if (tp) {
+        run_busy_jobs(tp, 5, someone_sits, 3.0);
+        threadpool_set_waited_source(waited_none); // read by the worker at its next look
+        run_busy_jobs(tp, 5, nobody_sits, 3.0);
+        CHECK(threadpool_sitting(tp) == 0, "the worker still sits out 3 s after its waits stopped");
+        threadpool_free(tp);
+    }
+    threadpool_set_waited_source(NULL);
+}
+
 static void test_default_threads(void) {
     const int n = threadpool_default_threads();
     CHECK(n >= 1 && n <= 4096, "threadpool_default_threads() = %d", n);
@@ -174,6 +242,7 @@ int main(void) {
     RUN(test_back_to_back);
     RUN(test_compat_run);
     RUN(test_workers_share);
+    RUN(test_contended_workers_sit_out);
     RUN(test_default_threads);
     TEST_END();
 }

@@ -19,15 +19,34 @@
 // worker saw a gap that only a preemption explains) and for a while after
 // workers sleep right after each job: they then use little more CPU than their
 // chunks need, and the scheduler lets a woken worker run its chunk promptly.
+//
+// A worker whose own core is contended still costs the jobs it joins: the
+// caller wakes it for every job, and once in a while it is preempted holding a
+// chunk and the whole job waits for the other process's time slice. So each
+// worker also watches itself (watch_self): every 20 ms or so it reads how long
+// the scheduler has kept it waiting to run (/proc/thread-self/schedstat), and
+// if meanwhile it took part in a job for longer than a preemption-free chunk
+// explains (or saw a gap while spinning), waited a quarter of that time, and
+// the jobs were short (under 100 µs on average, as in one token's decode
+// step, where waking it and waiting for it cost more than its share), it sits
+// out (sit_out): it takes no chunks and is not woken, so the jobs run on the
+// threads whose cores are free, alone on the caller when every worker sits
+// out. Longer jobs keep it: half a core still pays its way there. After the
+// sit-out it joins again and looks again; caught again straight away, it sits
+// out twice as long. Without the file it counts its involuntary context
+// switches instead.
 #include "cpu/threadpool.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -37,11 +56,17 @@
 
 #include "util.h"
 
-#define WORKER_SPIN_NS 100000 // a worker sleeps after 100 µs without a job
-#define CALLER_SPIN_NS 50000  // the caller sleeps after 50 µs waiting for chunks
-#define STALL_NS 300000       // a wait this long for a chunk means a preempted worker
-#define GAP_NS 200000         // so does a gap this long between two looks while spinning
-#define CONTENDED_NS 50000000 // then workers do not spin for 50 ms
+#define WORKER_SPIN_NS 100000    // a worker sleeps after 100 µs without a job
+#define CALLER_SPIN_NS 50000     // the caller sleeps after 50 µs waiting for chunks
+#define STALL_NS 300000          // a wait this long for a chunk means a preempted worker
+#define GAP_NS 200000            // so does a gap this long between two looks while spinning
+#define CONTENDED_NS 50000000    // then workers do not spin for 50 ms
+#define SUSPECT_NS 200000        // a worker in a job this long looks at its run-queue wait
+#define SIT_OUT_NS 50000000      // a worker kept waiting to run sits out jobs for 50 ms,
+#define SIT_OUT_MAX_NS 800000000 // twice as long each time in a row, up to 0.8 s
+#define WAITED_NS 100000         // ... at least 100 µs and a quarter
+#define LOOK_NS 20000000         // ... of 20 ms or more, while jobs
+#define SHORT_JOB_NS 100000      // ... take under 100 µs on average
 
 struct threadpool {
     int n;
@@ -53,6 +78,8 @@ struct threadpool {
     atomic_int caller_sleeping;          // the caller waits on `done` in the kernel
     _Alignas(64) atomic_uint gen;        // job id of the newest job (workers' futex word)
     atomic_int sleepers;                 // workers waiting on `gen` in the kernel
+    atomic_int sitting;                  // workers sitting out (see watch_self)
+    _Atomic int64_t jobs, job_ns;        // jobs shared out, and their wall time (ns)
     atomic_bool stop;
     _Atomic(threadpool_chunk_fn) fn;
     _Atomic(void *) arg;
@@ -84,6 +111,17 @@ static void futex_wait(void *addr, int val) {
 #else
     (void)addr, (void)val;
     struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+// futex_wait for at most ns nanoseconds.
+static void futex_wait_for(void *addr, int val, int64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+#ifdef __linux__
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+#else
+    (void)addr, (void)val;
     nanosleep(&ts, NULL);
 #endif
 }
@@ -123,14 +161,104 @@ struct worker_arg {
     int ith;
 };
 
+// What a worker knows of its own scheduling (watch_self).
+struct self_watch {
+    int fd;               // /proc/thread-self/schedstat, or -1
+    int64_t waited;       // run-queue wait (ns), or involuntary context switches, when last read
+    int64_t at;           // when last read
+    int64_t jobs, job_ns; // the pool's jobs and job_ns then
+    bool suspect;         // a suspect job or gap since then
+};
+
+// The time this thread has spent runnable but not running (ns), from
+// schedstat's second field; without the file (fd < 0), its involuntary
+// context switches. -1 if neither can be read. (A test's source instead.)
+static _Atomic(threadpool_waited_fn) waited_source;
+
+void threadpool_set_waited_source(threadpool_waited_fn fn) { atomic_store(&waited_source, fn); }
+
+static int64_t self_waited(int fd) {
+    const threadpool_waited_fn source = atomic_load_explicit(&waited_source, memory_order_relaxed);
+    if (source) return source();
+    if (fd >= 0) {
+        char buf[96];
+        const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        long long run, wait;
+        if (n > 0) {
+            buf[n] = 0;
+            if (sscanf(buf, "%lld %lld", &run, &wait) == 2) return wait;
+        }
+        return -1;
+    }
+#ifdef RUSAGE_THREAD
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) ? -1 : (int64_t)ru.ru_nivcsw;
+#else
+    return -1;
+#endif
+}
+
+// Whether the worker's core is contended, judged over LOOK_NS or more: called
+// after every job and on every gap seen while spinning, with `suspect` true
+// when the worker took part in the job for longer than a preemption-free
+// chunk explains, or saw the gap. Once LOOK_NS have passed since the last
+// look, it looks again: true if something was suspect meanwhile, the
+// scheduler kept the worker from running for a quarter or more of that time
+// (without schedstat: if it was preempted at all), and the pool's jobs took
+// under SHORT_JOB_NS on average. A single preemption (a
+// kernel thread, a neighbour's burst) weighs little over that window; a core
+// shared with a busy process keeps a worker waiting about half the time.
+static bool watch_self(struct self_watch *w, int64_t now, bool suspect, struct threadpool *tp) {
+    w->suspect |= suspect;
+    if (now - w->at < LOOK_NS) return false;
+    const int64_t waited = self_waited(w->fd);
+    if (waited < 0) return false;
+    const int64_t jobs = atomic_load_explicit(&tp->jobs, memory_order_relaxed);
+    const int64_t job_ns = atomic_load_explicit(&tp->job_ns, memory_order_relaxed);
+    const int64_t dw = waited - w->waited, dt = now - w->at, dj = jobs - w->jobs, djt = job_ns - w->job_ns;
+    const bool was_suspect = w->suspect;
+    w->waited = waited, w->at = now, w->jobs = jobs, w->job_ns = job_ns;
+    w->suspect = false;
+    const bool waits = w->fd >= 0 ? dw * 4 >= dt && dw >= WAITED_NS : dw > 0;
+    return was_suspect && waits && dj > 0 && djt < dj * SHORT_JOB_NS;
+}
+
+// Starts a sit-out: twice the last one's length if the worker was caught again
+// within a sit-out's length of rejoining (the contention goes on), else SIT_OUT_NS.
+static void sit_out(struct threadpool *tp, int64_t *until, int64_t *len, int64_t rejoined) {
+    const int64_t now = now_ns();
+    *len = rejoined && now - rejoined < *len ? (*len * 2 < SIT_OUT_MAX_NS ? *len * 2 : SIT_OUT_MAX_NS)
+                                             : SIT_OUT_NS;
+    *until = now + *len;
+    atomic_fetch_add(&tp->sitting, 1);
+}
+
 static void *worker_main(void *p) {
     struct worker_arg wa = *(struct worker_arg *)p;
     free(p);
     struct threadpool *tp = wa.tp;
+    struct self_watch self = {.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC),
+                              .at = now_ns()};
+    self.waited = self_waited(self.fd);
+    int64_t sit_until = 0, sit_ns = SIT_OUT_NS, rejoined = 0;
     unsigned seen = 0;
     for (;;) {
         unsigned g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         int64_t t = now_ns();
+        if (t < sit_until) { // sitting out: skip every job, asleep and uncounted, until then
+            if (atomic_load(&tp->stop)) break;
+            seen = g;
+            futex_wait_for(&tp->gen, (int)seen, sit_until - t);
+            if (now_ns() >= sit_until) {
+                atomic_fetch_sub(&tp->sitting, 1);
+                sit_until = 0;
+                self.waited = self_waited(self.fd);
+                rejoined = self.at = now_ns();
+                self.suspect = false;
+            }
+            continue;
+        }
+        bool gap = false;
         if (g == seen && !atomic_load(&tp->stop) && t >= atomic_load(&tp->contended_until)) {
             const int64_t t0 = t;
             for (int spins = 1;; spins++) {
@@ -141,11 +269,16 @@ static void *worker_main(void *p) {
                 const int64_t t1 = now_ns();
                 if (t1 - t > GAP_NS) { // descheduled while spinning: the core is shared
                     atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
+                    gap = true;
                     break;
                 }
                 t = t1;
                 if (t1 - t0 > WORKER_SPIN_NS) break;
             }
+        }
+        if (gap && watch_self(&self, now_ns(), true, tp)) {
+            sit_out(tp, &sit_until, &sit_ns, rejoined);
+            continue;
         }
         while (g == seen && !atomic_load(&tp->stop)) {
             atomic_fetch_add(&tp->sleepers, 1);
@@ -155,10 +288,16 @@ static void *worker_main(void *p) {
             atomic_fetch_sub(&tp->sleepers, 1);
             g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         }
-        if (atomic_load(&tp->stop)) return NULL;
+        if (atomic_load(&tp->stop)) break;
         seen = g;
+        const int64_t j0 = now_ns();
         work(tp, g, wa.ith);
+        const int64_t j1 = now_ns();
+        if (watch_self(&self, j1, j1 - j0 > SUSPECT_NS, tp)) sit_out(tp, &sit_until, &sit_ns, rejoined);
     }
+    if (sit_until) atomic_fetch_sub(&tp->sitting, 1);
+    if (self.fd >= 0) close(self.fd);
+    return NULL;
 }
 
 int threadpool_default_threads(void) {
@@ -183,6 +322,9 @@ struct threadpool *threadpool_init(int n_threads) {
     atomic_init(&tp->claim, 0);
     atomic_init(&tp->gen, 0);
     atomic_init(&tp->contended_until, 0);
+    atomic_init(&tp->sitting, 0);
+    atomic_init(&tp->jobs, 0);
+    atomic_init(&tp->job_ns, 0);
     for (int i = 1; i < n_threads; i++) {
         struct worker_arg *wa = st_xmalloc(sizeof *wa);
         wa->tp = tp;
@@ -210,12 +352,20 @@ void threadpool_free(struct threadpool *tp) {
 
 int threadpool_size(const struct threadpool *tp) { return tp->n; }
 
+int threadpool_sitting(const struct threadpool *tp) {
+    return atomic_load_explicit(&((struct threadpool *)tp)->sitting, memory_order_relaxed);
+}
+
+static void wait_done(struct threadpool *tp, int n_chunks);
+
 void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *arg, int n_chunks) {
     if (n_chunks <= 0) return;
-    if (tp->n == 1 || n_chunks == 1) {
+    if (tp->n == 1 || n_chunks == 1 ||
+        atomic_load_explicit(&tp->sitting, memory_order_relaxed) == tp->n - 1) {
         for (int c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;
     }
+    const int64_t start = now_ns();
     const uint32_t id = ++tp->job_id;
     // Close the claim word first: a worker late from the last job may hold its
     // exhausted word and be about to compare it with the new chunk count; if
@@ -231,7 +381,13 @@ void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *
     atomic_store(&tp->gen, id);
     if (atomic_load(&tp->sleepers) > 0) futex_wake_all(&tp->gen);
     work(tp, id, 0);
-    // the chunks still running belong to workers; wait for them, then sleep
+    wait_done(tp, n_chunks);
+    atomic_fetch_add_explicit(&tp->jobs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tp->job_ns, now_ns() - start, memory_order_relaxed);
+}
+
+// The caller's wait for the chunks still running on workers: spinning, then asleep.
+static void wait_done(struct threadpool *tp, int n_chunks) {
     if (atomic_load_explicit(&tp->done, memory_order_acquire) == n_chunks) return;
     const int64_t t0 = now_ns();
     for (int spins = 1; atomic_load_explicit(&tp->done, memory_order_acquire) != n_chunks; spins++) {

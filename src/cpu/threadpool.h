@@ -4,9 +4,13 @@
 // one at a time until none is left, so a worker that the OS has descheduled
 // delays the job by at most the one chunk it holds, never by a fixed share.
 // Workers spin briefly between jobs, then sleep (futex), so an idle engine and a
-// machine shared with other work cost no CPU.
+// machine shared with other work cost no CPU; a worker that the scheduler keeps
+// waiting to run (its core busy with other work) sits out jobs for a while, so
+// that they run on the threads whose cores are free.
 #ifndef STRATA_THREADPOOL_H
 #define STRATA_THREADPOOL_H
+
+#include <stdint.h>
 
 // fn is called once for each chunk in [0, n_chunks), by whichever thread claims
 // it; ith in [0, threadpool_size) names that thread (0: the caller), so per-thread
@@ -23,6 +27,13 @@ struct threadpool *threadpool_init(int n_threads);
 // Stops and joins the workers.
 void threadpool_free(struct threadpool *tp);
 int threadpool_size(const struct threadpool *tp);
+// Workers sitting out jobs now because their cores are contended: 0 .. size - 1.
+int threadpool_sitting(const struct threadpool *tp);
+// Tests: where workers read how long the scheduler has kept them waiting to run
+// (a count that only grows, in ns) instead of /proc/thread-self/schedstat, from
+// their next look on. NULL: the real source again.
+typedef int64_t (*threadpool_waited_fn)(void);
+void threadpool_set_waited_source(threadpool_waited_fn fn);
 // Runs fn on every chunk and returns when all have finished. Not reentrant:
 // one job at a time, started from one thread.
 void threadpool_run_chunks(struct threadpool *tp, threadpool_chunk_fn fn, void *arg, int n_chunks);
