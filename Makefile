@@ -69,8 +69,9 @@ check-portability:
 #   run.sh, which counts a sanitizer report from a test, or from a process it
 #   started, as a failure.
 # test-tsan: ThreadSanitizer in build/tsan over what runs threads: the CPU
-#   thread pool (test_ops on every op; test_cli.sh, whose strata runs the real
-#   model on one and four threads) and the server (test_server.sh). test_model
+#   thread pool (test_threadpool; test_ops on every op; test_cli.sh, whose
+#   strata runs the real model on one and four threads) and the server
+#   (test_server.sh). test_model
 #   is left out: its scalar reference passes would take about an hour there.
 # Both set STRATA_TEST_SCALE=small (slow builds: test_server.py waits longer
 #   and sends fewer tokens) and a per-test limit of SAN_TEST_TIMEOUT seconds.
@@ -79,7 +80,7 @@ check-portability:
 # test-programs: the programs `make test` runs, for any BUILD.
 ASAN_OPT         := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN_OPT         := -O1 -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS       := test_ops test_cli.sh test_server.sh
+TSAN_TESTS       := test_threadpool test_ops test_cli.sh test_server.sh
 SAN_TEST_TIMEOUT ?= 1800
 FUZZ_SECONDS     ?= 60
 FUZZ_TARGETS     := $(patsubst tests/fuzz_%.c,%,$(wildcard tests/fuzz_*.c))
