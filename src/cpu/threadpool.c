@@ -104,24 +104,15 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-// Sleeps while *addr == val (spurious wake-ups allowed).
-static void futex_wait(void *addr, int val) {
-#ifdef __linux__
-    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-#else
-    (void)addr, (void)val;
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-#endif
-}
-
-// futex_wait for at most ns nanoseconds.
-static void futex_wait_for(void *addr, int val, int64_t ns) {
+// Sleeps while *addr == val (spurious wake-ups allowed), for at most ns
+// nanoseconds when ns ≥ 0.
+static void futex_wait(void *addr, int val, int64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
 #ifdef __linux__
-    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, ns >= 0 ? &ts : NULL, NULL, 0);
 #else
     (void)addr, (void)val;
+    if (ns < 0 || ns > 50000) ts = (struct timespec){0, 50000};
     nanosleep(&ts, NULL);
 #endif
 }
@@ -223,6 +214,13 @@ static bool watch_self(struct self_watch *w, int64_t now, bool suspect, struct t
     return was_suspect && waits && dj > 0 && djt < dj * SHORT_JOB_NS;
 }
 
+// Starts a fresh window: the wait read now, nothing suspect yet.
+static void watch_start(struct self_watch *w) {
+    w->waited = self_waited(w->fd);
+    w->at = now_ns();
+    w->suspect = false;
+}
+
 // Starts a sit-out: twice the last one's length if the worker was caught again
 // within a sit-out's length of rejoining (the contention goes on), else SIT_OUT_NS.
 static void sit_out(struct threadpool *tp, int64_t *until, int64_t *len, int64_t rejoined) {
@@ -237,9 +235,8 @@ static void *worker_main(void *p) {
     struct worker_arg wa = *(struct worker_arg *)p;
     free(p);
     struct threadpool *tp = wa.tp;
-    struct self_watch self = {.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC),
-                              .at = now_ns()};
-    self.waited = self_waited(self.fd);
+    struct self_watch self = {.fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)};
+    watch_start(&self);
     int64_t sit_until = 0, sit_ns = SIT_OUT_NS, rejoined = 0;
     unsigned seen = 0;
     for (;;) {
@@ -248,13 +245,12 @@ static void *worker_main(void *p) {
         if (t < sit_until) { // sitting out: skip every job, asleep and uncounted, until then
             if (atomic_load(&tp->stop)) break;
             seen = g;
-            futex_wait_for(&tp->gen, (int)seen, sit_until - t);
+            futex_wait(&tp->gen, (int)seen, sit_until - t);
             if (now_ns() >= sit_until) {
                 atomic_fetch_sub(&tp->sitting, 1);
                 sit_until = 0;
-                self.waited = self_waited(self.fd);
-                rejoined = self.at = now_ns();
-                self.suspect = false;
+                watch_start(&self);
+                rejoined = self.at;
             }
             continue;
         }
@@ -284,7 +280,7 @@ static void *worker_main(void *p) {
             atomic_fetch_add(&tp->sleepers, 1);
             // re-checked after announcing the sleep: a job published in between is seen here
             // or wakes the futex (the caller reads `sleepers` after bumping `gen`)
-            if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop)) futex_wait(&tp->gen, (int)seen);
+            if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->stop)) futex_wait(&tp->gen, (int)seen, -1);
             atomic_fetch_sub(&tp->sleepers, 1);
             g = atomic_load_explicit(&tp->gen, memory_order_acquire);
         }
@@ -395,7 +391,7 @@ static void wait_done(struct threadpool *tp, int n_chunks) {
         if (!(spins & 63) && now_ns() - t0 > CALLER_SPIN_NS) {
             atomic_store(&tp->caller_sleeping, 1);
             int d;
-            while ((d = atomic_load(&tp->done)) != n_chunks) futex_wait(&tp->done, d);
+            while ((d = atomic_load(&tp->done)) != n_chunks) futex_wait(&tp->done, d, -1);
             atomic_store(&tp->caller_sleeping, 0);
             const int64_t t1 = now_ns();
             if (t1 - t0 > STALL_NS) atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
