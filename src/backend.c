@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util.h"
 #ifdef STRATA_GPU
@@ -94,4 +95,28 @@ struct backend *backend_open(const char *name, const struct backend_opts *o) {
     }
     st_fail("unknown backend '%s' (known: %s)", name, known);
     return NULL;
+}
+
+int backend_set_kv_type(struct backend *be, enum ggml_type t) {
+    if ((unsigned)t < 32 && (be->kv_types & (1u << t))) {
+        be->kv_type = t;
+        return 0;
+    }
+    char known[64] = "";
+    for (unsigned i = 0; i < 32; i++)
+        if (be->kv_types & (1u << i))
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? ", " : "",
+                     quant_name((enum ggml_type)i));
+    return st_fail("the %s backend keeps its KV cache in %s, not %s: choose --cache-type %s", be->name, known,
+                   quant_name(t), be->kv_types & (1u << GGML_TYPE_F16) ? "f16" : "f32");
+}
+
+int backend_parse_kv_type(const char *s, enum ggml_type *t) {
+    if (!strcasecmp(s, "f32"))
+        *t = GGML_TYPE_F32;
+    else if (!strcasecmp(s, "f16"))
+        *t = GGML_TYPE_F16;
+    else
+        return st_fail("unknown KV cache type '%s' (known: f16, f32)", s);
+    return 0;
 }

@@ -52,6 +52,12 @@ struct backend {
     const char *name; // the registry name: "cpu", "cpu-ref", "cuda", "hip", "spirv"
     unsigned caps;    // enum backend_cap bits
     void *impl;
+    // The KV cache's element type, GGML_TYPE_F32 or GGML_TYPE_F16: what
+    // kv_store writes and attention reads (values rounded to nearest, ties to
+    // even, when F16). The backend's default until backend_set_kv_type;
+    // kv_types has bit (1u << type) set for each type its ops take.
+    enum ggml_type kv_type;
+    unsigned kv_types;
 
     // Frees everything the backend allocated, then the backend itself.
     void (*free)(struct backend *be);
@@ -115,22 +121,23 @@ struct backend {
     // (model/rope.h has the angles and which elements pair up).
     void (*rope)(struct backend *be, float *x, const struct batch_rows *r, int n_head, int head_dim,
                  const struct rope_params *rp);
-    // Stores k, v (r->n, n_head_kv, head_dim) into the caches: row i at cache
-    // row r->base[i] + r->pos[i].
-    void (*kv_store)(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+    // Stores k, v (r->n, n_head_kv, head_dim) into the caches (rows of kv_dim
+    // elements of be->kv_type): row i at cache row r->base[i] + r->pos[i].
+    void (*kv_store)(struct backend *be, void *k_cache, void *v_cache, const float *k, const float *v,
                      const struct batch_rows *r, int kv_dim);
     // rope of q (r->n, n_head, head_dim) and of k (r->n, n_head_kv, head_dim),
     // then kv_store of k and v: what those three calls do, in one op (k itself
     // may be left unrotated: only its stored form counts). May be NULL.
-    void (*rope_store)(struct backend *be, float *q, float *k, const float *v, float *k_cache, float *v_cache,
+    void (*rope_store)(struct backend *be, float *q, float *k, const float *v, void *k_cache, void *v_cache,
                        const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                        const struct rope_params *rp);
     // out (r->n, n_head, head_dim): causal grouped-query attention of q; row i,
     // at position p = r->pos[i], sees positions 0 .. p of its sequence, cache
     // rows r->base[i] + 0 .. p (ap->window > 0: only positions p-window+1 .. p);
     // scores s = ap->scale · q·k, soft-capped to ap->softcap · tanh(s /
-    // ap->softcap) when ap->softcap > 0, then softmax.
-    void (*attention)(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+    // ap->softcap) when ap->softcap > 0, then softmax. The caches hold
+    // be->kv_type, as kv_store wrote them.
+    void (*attention)(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
                       float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                       const struct attn_params *ap);
     // out (n, dim) = act(g) · u, elementwise over rows whose values start every
@@ -215,5 +222,11 @@ bool backend_built(const struct backend_desc *d);
 // about the device (an unvalidated GPU) goes to stderr. Returns NULL with a
 // message naming the known backends, or what to rebuild with, on failure.
 struct backend *backend_open(const char *name, const struct backend_opts *o);
+// Makes t (GGML_TYPE_F32 or GGML_TYPE_F16) be's KV cache type, before any
+// context is made on be. Returns 0, or -1 with a message when be's ops do not
+// take t (naming the types they do).
+int backend_set_kv_type(struct backend *be, enum ggml_type t);
+// The KV cache type named s ("f32" or "f16") into *t: 0, or -1 with a message.
+int backend_parse_kv_type(const char *s, enum ggml_type *t);
 
 #endif

@@ -5,6 +5,8 @@
 // and cache rows past the last position filled with NaN (reading them is a bug);
 // also with a score scale other than 1/sqrt(head_dim), Gemma 2's tanh soft cap
 // and sliding windows shorter and longer than a key block.
+// Both cache types: floats, and halves (the values rounded to nearest first,
+// so that the reference sees exactly what the kernels widen).
 // Fresh random inputs each run (seed printed; STRATA_SEED repeats).
 //
 // Batch invariance: a prompt evaluated at once and token by token must give the
@@ -70,6 +72,14 @@ static struct batch_rows prompt_rows(int32_t *pos, int32_t *base, int n, int pos
     return (struct batch_rows){n, pos, base, pos, base, pos0 + n};
 }
 
+// Rounds the n floats of c to halves in place (NaN stays NaN) and returns their
+// bits (free them).
+static uint16_t *to_halves(float *c, size_t n) {
+    uint16_t *h = st_xmalloc(sizeof *h * n);
+    for (size_t i = 0; i < n; i++) c[i] = st_fp16_to_f32(h[i] = st_f32_to_fp16(c[i]));
+    return h;
+}
+
 static int compare(const float *got, const double *want, size_t n, const char *what) {
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += want[i] * want[i];
@@ -118,44 +128,56 @@ static void test_attention_cases(void) {
                         vc[i] = past ? NAN : rng_normal();
                     }
                     for (size_t i = 0; i < nq; i++) q[i] = 2 * rng_normal(); // peaked softmaxes too
-                    reference(q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
-                    char what[128];
-                    if (have512) {
-                        const struct att_run run = {0, n, pos0, 0};
-                        float *scratch = st_xmalloc(
-                            sizeof(float) * attention_scratch_floats(3, &run, 1, n_head, n_head_kv, hd));
-                        for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                        attention_avx512(tp, q, kc, vc, got, &run, 1, n_head, n_head_kv, hd, &ap, scratch);
-                        snprintf(what, sizeof what,
-                                 "avx512 heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
-                                 n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
-                        CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
-                        free(scratch);
-                    }
-                    for (size_t i = 0; i < nq; i++) got[i] = NAN;
-                    int32_t pos[70], base[70];
-                    const struct batch_rows rows = prompt_rows(pos, base, n, pos0);
-                    be->attention(be, q, kc, vc, got, &rows, n_head, n_head_kv, hd, &ap);
-                    snprintf(what, sizeof what,
-                             "backend cpu heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", n_head,
-                             n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap, ap.window);
-                    CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
-                    if (n > 1) { // the same queries one at a time: identical bits
-                        float *one = st_xmalloc(sizeof(float) * nq);
-                        const size_t row = (size_t)n_head * hd;
-                        for (int t = 0; t < n; t++) {
-                            const struct batch_rows r1 = prompt_rows(pos, base, 1, pos0 + t);
-                            be->attention(be, q + t * row, kc, vc, one + t * row, &r1, n_head, n_head_kv, hd,
-                                          &ap);
+                    for (int f16 = 0; f16 < 2; f16++) {
+                        uint16_t *kh = f16 ? to_halves(kc, nc) : NULL, *vh = f16 ? to_halves(vc, nc) : NULL;
+                        const void *kk = f16 ? (const void *)kh : kc, *vv = f16 ? (const void *)vh : vc;
+                        const char *tn = f16 ? "f16" : "f32";
+                        CHECK(backend_set_kv_type(be, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32) == 0, "%s",
+                              st_last_error());
+                        reference(q, kc, vc, want, n, pos0, n_head, n_head_kv, hd, &ap);
+                        char what[160];
+                        if (have512) {
+                            const struct att_run run = {0, n, pos0, 0};
+                            float *scratch = st_xmalloc(
+                                sizeof(float) * attention_scratch_floats(3, &run, 1, n_head, n_head_kv, hd));
+                            for (size_t i = 0; i < nq; i++) got[i] = NAN;
+                            attention_avx512(tp, q, kk, vv, f16, got, &run, 1, n_head, n_head_kv, hd, &ap,
+                                             scratch);
+                            snprintf(what, sizeof what,
+                                     "avx512 %s heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d", tn,
+                                     n_head, n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap,
+                                     ap.window);
+                            CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
+                            free(scratch);
                         }
-                        CHECK(!memcmp(one, got, sizeof(float) * nq),
-                              "%s: one query at a time gives other bits", what);
-                        free(one);
+                        for (size_t i = 0; i < nq; i++) got[i] = NAN;
+                        int32_t pos[70], base[70];
+                        const struct batch_rows rows = prompt_rows(pos, base, n, pos0);
+                        be->attention(be, q, kk, vv, got, &rows, n_head, n_head_kv, hd, &ap);
+                        snprintf(what, sizeof what,
+                                 "backend cpu %s heads %d/%d hd %d n %d pos0 %d scale %g cap %g window %d",
+                                 tn, n_head, n_head_kv, hd, n, pos0, (double)ap.scale, (double)ap.softcap,
+                                 ap.window);
+                        CHECK(compare(got, want, nq, what) == 0, "%s: elements out of bounds", what);
+                        if (n > 1) { // the same queries one at a time: identical bits
+                            float *one = st_xmalloc(sizeof(float) * nq);
+                            const size_t row = (size_t)n_head * hd;
+                            for (int t = 0; t < n; t++) {
+                                const struct batch_rows r1 = prompt_rows(pos, base, 1, pos0 + t);
+                                be->attention(be, q + t * row, kk, vv, one + t * row, &r1, n_head, n_head_kv,
+                                              hd, &ap);
+                            }
+                            CHECK(!memcmp(one, got, sizeof(float) * nq),
+                                  "%s: one query at a time gives other bits", what);
+                            free(one);
+                        }
+                        cases++;
+                        free(kh), free(vh);
                     }
-                    cases++;
                     free(kc), free(vc), free(q), free(got), free(want);
                 }
-    printf("  %d cases (%s)\n", cases, have512 ? "AVX-512 kernels and the backend op" : "the backend op");
+    printf("  %d cases, f32 and f16 caches (%s)\n", cases,
+           have512 ? "AVX-512 kernels and the backend op" : "the backend op");
     be->free(be);
     threadpool_free(tp);
 }
@@ -191,6 +213,12 @@ static void test_batched_sequences(void) {
                 vc[(size_t)i * region * kv_dim + e] = past ? NAN : rng_normal();
             }
         for (size_t e = 0; e < (size_t)n * row; e++) q[e] = 2 * rng_normal();
+        const bool f16 = rep % 2; // half the batches with a cache of halves
+        uint16_t *kh = f16 ? to_halves(kc, nc) : NULL, *vh = f16 ? to_halves(vc, nc) : NULL;
+        const size_t es = f16 ? 2 : 4;
+        const char *kk = f16 ? (const char *)kh : (const char *)kc,
+                   *vv = f16 ? (const char *)vh : (const char *)vc;
+        CHECK(backend_set_kv_type(be, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32) == 0, "%s", st_last_error());
         int32_t pos[256], base[256];
         for (int i = 0, t = 0; i < n_seq; t += n_of[i], i++)
             for (int k = 0; k < n_of[i]; k++) pos[t + k] = pos_of[i] + k, base[t + k] = i * region;
@@ -198,23 +226,23 @@ static void test_batched_sequences(void) {
         for (int t = 0; t < n; t++) max_kv = pos[t] + 1 > max_kv ? pos[t] + 1 : max_kv;
         const struct batch_rows all = {n, pos, base, pos, base, max_kv};
         for (size_t e = 0; e < (size_t)n * row; e++) got[e] = NAN;
-        be->attention(be, q, kc, vc, got, &all, n_head, n_head_kv, hd, &ap);
+        be->attention(be, q, kk, vv, got, &all, n_head, n_head_kv, hd, &ap);
         for (int i = 0, t = 0; i < n_seq; t += n_of[i], i++) {
             const size_t off = (size_t)i * region * kv_dim;
             int32_t zero[64] = {0}; // alone: its region is the whole cache
             const struct batch_rows local = {n_of[i], pos + t, zero, pos + t, zero, pos_of[i] + n_of[i]};
-            be->attention(be, q + t * row, kc + off, vc + off, one + t * row, &local, n_head, n_head_kv, hd,
-                          &ap);
+            be->attention(be, q + t * row, kk + off * es, vv + off * es, one + t * row, &local, n_head,
+                          n_head_kv, hd, &ap);
             reference(q + t * row, kc + off, vc + off, want + t * row, n_of[i], pos_of[i], n_head, n_head_kv,
                       hd, &ap);
         }
         char what[128];
-        snprintf(what, sizeof what, "%d sequences, %d rows, heads %d/%d hd %d window %d", n_seq, n, n_head,
-                 n_head_kv, hd, ap.window);
+        snprintf(what, sizeof what, "%d sequences, %d rows, heads %d/%d hd %d window %d, %s cache", n_seq, n,
+                 n_head, n_head_kv, hd, ap.window, f16 ? "f16" : "f32");
         CHECK(compare(got, want, (size_t)n * row, what) == 0, "%s: elements out of bounds", what);
         CHECK(!memcmp(got, one, sizeof(float) * n * row),
               "%s: the batch gives other bits than each sequence alone", what);
-        free(kc), free(vc), free(q), free(got), free(one), free(want);
+        free(kc), free(vc), free(q), free(got), free(one), free(want), free(kh), free(vh);
         cases++;
     }
     printf("  %d batches\n", cases);

@@ -61,6 +61,12 @@ expect bench_tiny 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1
 expect bench_parallel 0 "tg8 .*ms/step" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 -np 4
 expect bench_parallel_zero 2 "-np: 0 is out of range \\[1, 256\\]" -- bench -m "$tmp/tiny.gguf" -np 0
 expect bench_parallel_huge 2 "-np: 300 is out of range" -- bench -m "$tmp/tiny.gguf" -np 300
+expect cache_f32 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --cache-type f32
+expect cache_f16_ref 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 -ctk f16 -ctv f16 --backend cpu-ref
+expect cache_unknown 2 "--cache-type: unknown KV cache type 'q8_0' \\(known: f16, f32\\)" -- \
+    run -m "$tmp/tiny.gguf" -p hi -n 1 --cache-type q8_0
+expect cache_k_v_differ 2 "-ctv f32: the K and V caches are kept in one type, and f16 was asked for already" -- \
+    run -m "$tmp/tiny.gguf" -p hi -n 1 -ctk f16 -ctv f32
 expect bench_busy 0 "tg8 .*busy: another process spins on CPU" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --busy
 expect bench_ceiling 0 "ceiling  [0-9.]* GB/s read: tg floor [0-9.]* tok/s, tg8 at [0-9]*% of it" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --ceiling
 expect bench_ceiling_ref 0 "ceiling  .* GB/s read" -- bench -m "$tmp/tiny.gguf" -p 0 -n 2 -r 1 --ceiling --backend cpu-ref

@@ -10,6 +10,14 @@
 //     top-1 and greedy tokens must agree wherever the reference's top-2 margin
 //     exceeds twice the tolerance; a mismatch at a smaller margin is a near-tie
 //     after which the sequences are not compared.
+// Both paths run with an F32 K/V cache against the float64 logits, and with an
+// F16 cache (the CPU's default) against the float64 pass whose K and V were
+// rounded to float16 as they entered its cache (model_logits_f16_*). There
+// the reference path's bound is twice the largest difference the same pass in
+// float32 shows (kv_f16_float32_vs_float64, 2e-3 to 1.4e-2): rounding to halves
+// turns float32's small differences into whole steps of a half wherever a
+// value lies near a rounding boundary, so 1e-3 cannot hold for any float32
+// engine. The F32 run holds the arithmetic to 1e-3; this one, the cache.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +51,7 @@ struct record {
     char file[128];
     int prompt, pos;
     double gap;
+    bool f16; // the reference's K/V rounded to float16 (a logits_f16 line)
 };
 
 struct greedy {
@@ -57,6 +66,7 @@ static struct record records[MAX_RECORDS];
 static int n_records;
 static struct greedy greedy[MAX_PROMPTS];
 static struct model *model;
+static double f16_floor; // largest kv_f16_float32_vs_float64 of the fixtures
 
 // Undoes the fixture text escaping (\\ \n \r \t).
 static void unescape(char *s) {
@@ -99,8 +109,14 @@ static int load_fixtures(void) {
     while (fgets(line, sizeof line, f)) {
         struct record r;
         double top1;
+        int pi;
+        double fl;
+        if (sscanf(line, "kv_f16_float32_vs_float64 %d %lf", &pi, &fl) == 2 && fl > f16_floor) f16_floor = fl;
+        r.f16 = !strncmp(line, "logits_f16 ", 11);
         if (n_records < MAX_RECORDS &&
-            sscanf(line, "logits %127s %d %d %lf %lf", r.file, &r.prompt, &r.pos, &top1, &r.gap) == 5)
+            sscanf(line + (r.f16 ? 11 : 7), "%127s %d %d %lf %lf", r.file, &r.prompt, &r.pos, &top1,
+                   &r.gap) == 5 &&
+            (r.f16 || !strncmp(line, "logits ", 7)))
             records[n_records++] = r;
     }
     fclose(f);
@@ -147,24 +163,30 @@ static float *read_logits(const char *file, int n_vocab) {
     return v;
 }
 
-// Runs every prompt through backend be (all logits) and compares the recorded
-// positions; returns the largest |Δlogit| seen.
-static double check_logits(struct backend *be, double tol) {
+// Runs every prompt through backend be with a K/V cache of kv_type (all
+// logits) and compares the positions recorded for that cache type; returns the
+// largest |Δlogit| seen.
+static double check_logits(struct backend *be, enum ggml_type kv_type, double tol) {
     const int V = model->hp.n_vocab;
+    const bool f16 = kv_type == GGML_TYPE_F16;
     struct context *c;
+    CHECK(backend_set_kv_type(be, kv_type) == 0, "%s", st_last_error());
     CHECK(context_init(model, be, 512, 512, 1, &c) == 0, "%s", st_last_error());
     if (!c) return INFINITY;
     double worst = 0;
+    int seen = 0;
     for (int p = 0; p < n_prompts; p++) {
         int max_pos = -1;
         for (int r = 0; r < n_records; r++)
-            if (records[r].prompt == p && records[r].pos > max_pos) max_pos = records[r].pos;
+            if (records[r].prompt == p && records[r].f16 == f16 && records[r].pos > max_pos)
+                max_pos = records[r].pos;
         if (max_pos < 0) continue;
         const int n = max_pos + 1;
         float *logits = malloc(sizeof(float) * (size_t)n * V);
         CHECK(context_forward(c, prompts[p].ids, n, 0, logits, true) == 0, "%s", st_last_error());
         for (int r = 0; r < n_records; r++) {
-            if (records[r].prompt != p) continue;
+            if (records[r].prompt != p || records[r].f16 != f16) continue;
+            seen++;
             float *want = read_logits(records[r].file, V);
             CHECK(want != NULL, "cannot read fixture %s", records[r].file);
             if (!want) continue;
@@ -190,14 +212,17 @@ static double check_logits(struct backend *be, double tol) {
         }
         free(logits);
     }
+    CHECK(seen > 0, "no %s records in tests/fixtures/model_logits.txt", f16 ? "logits_f16" : "logits");
     context_free(c);
     return worst;
 }
 
-// Greedy continuation of prompt p on be, compared with the fixture.
+// Greedy continuation of prompt p on be (an F32 K/V cache, as the reference
+// keeps it), compared with the fixture.
 static void check_greedy(struct backend *be, int p, double tol) {
     const int V = model->hp.n_vocab;
     struct context *c;
+    CHECK(backend_set_kv_type(be, GGML_TYPE_F32) == 0, "%s", st_last_error());
     CHECK(context_init(model, be, 512, 64, 1, &c) == 0, "%s", st_last_error());
     if (!c) return;
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -226,7 +251,9 @@ static void check_greedy(struct backend *be, int p, double tol) {
 
 static void test_ref_logits(void) {
     struct backend *be = backend_cpu_ref_init();
-    check_logits(be, REF_TOL);
+    check_logits(be, GGML_TYPE_F32, REF_TOL);
+    CHECK(f16_floor > 0, "no kv_f16_float32_vs_float64 lines in tests/fixtures/model_logits.txt");
+    check_logits(be, GGML_TYPE_F16, fmax(REF_TOL, 2 * f16_floor));
     be->free(be);
 }
 
@@ -240,7 +267,8 @@ static void test_ref_greedy(void) {
 
 static void test_fast_logits(void) {
     struct backend *be = backend_cpu_init(0);
-    check_logits(be, FAST_TOL);
+    check_logits(be, GGML_TYPE_F32, FAST_TOL);
+    check_logits(be, GGML_TYPE_F16, FAST_TOL);
     be->free(be);
 }
 

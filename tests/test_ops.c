@@ -91,14 +91,46 @@ static void poison(struct backend *be, void *p, size_t n) {
     free(nan);
 }
 
-// Downloads n floats of p from be and syncs; false (with a message) on error.
-static bool get(struct backend *be, float *host, const void *p, size_t n) {
-    be->download(be, host, p, n * sizeof(float));
+// Downloads bytes of p from be and syncs; false (with a message) on error.
+static bool get_bytes(struct backend *be, void *host, const void *p, size_t bytes) {
+    be->download(be, host, p, bytes);
     if (be->sync(be)) {
         printf("    %s failed: %s\n", be->name, st_last_error());
         return false;
     }
     return true;
+}
+
+// Downloads n floats of p from be and syncs; false (with a message) on error.
+static bool get(struct backend *be, float *host, const void *p, size_t n) {
+    return get_bytes(be, host, p, n * sizeof(float));
+}
+
+// KV caches of either type (backend.h's kv_type): bytes of an element, the
+// floats x[0..n) as a new host cache of type t (halves rounded to nearest,
+// ties to even), and a cache's n elements widened to floats.
+static size_t kv_size(enum ggml_type t) { return t == GGML_TYPE_F16 ? 2 : 4; }
+
+static void *kv_from_floats(enum ggml_type t, const float *x, size_t n) {
+    void *c = st_xmalloc(n * kv_size(t));
+    for (size_t i = 0; i < n; i++)
+        if (t == GGML_TYPE_F16)
+            ((uint16_t *)c)[i] = st_f32_to_fp16(x[i]);
+        else
+            ((float *)c)[i] = x[i];
+    return c;
+}
+
+static void kv_to_floats(enum ggml_type t, const void *c, float *out, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = t == GGML_TYPE_F16 ? st_fp16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+}
+
+// Sets both e's backend and the reference to KV type t (for a test of the
+// cache ops); false when e's backend does not take t.
+static bool kv_use(const struct be_entry *e, enum ggml_type t) {
+    if (!(e->be->kv_types & (1u << t))) return false;
+    return !backend_set_kv_type(e->be, t) && !backend_set_kv_type(ref, t);
 }
 
 // A batch's rows for rope, kv_store and attention (backend.h's batch_rows):
@@ -857,56 +889,76 @@ static void test_rope_store(const struct be_entry *e) {
     }
     const int before = test_n_fail;
     static const int hds[] = {64, 40}, groups[][2] = {{8, 2}, {3, 3}, {4, 1}};
+    const enum ggml_type kv_default = e->be->kv_type;
     int cases = 0;
-    for (int kind = 0; kind < 2; kind++)
-        for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
-            for (int partial = 0; partial < 2; partial++)
-                for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++, cases++) {
-                    const int hd = hds[hi], n_head = groups[gi][0], n_head_kv = groups[gi][1], n_ctx = 64;
-                    const int seq[2] = {1, 0}, pos0[2] = {5, 0}, ns[2] = {3, 1}, n = 4;
-                    struct rows_case rc = rows_make(e->be, 2, seq, pos0, ns, n_ctx);
-                    float ff[64];
-                    const struct rope_params rp = rope_variant(kind, hd, partial, 2 * (int)(gi % 2), ff);
-                    const int kv_dim = n_head_kv * hd;
-                    const size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kv_dim,
-                                 nc = 2 * (size_t)n_ctx * kv_dim;
-                    float *q = xmalloc_f(nq), *k = xmalloc_f(nk), *v = xmalloc_f(nk);
-                    float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *got = xmalloc_f(nc);
-                    fill_normal(q, nq), fill_normal(k, nk), fill_normal(v, nk);
-                    fill_normal(kc, nc), fill_normal(vc, nc);
-                    float *bq = put(e->be, q, nq * sizeof(float)), *bk = put(e->be, k, nk * sizeof(float));
-                    float *bv = put(e->be, v, nk * sizeof(float)), *bkc = put(e->be, kc, nc * sizeof(float));
-                    float *bvc = put(e->be, vc, nc * sizeof(float));
-                    // the reference on copies: the uploads may still be reading q, k, kc
-                    float *wq = xmalloc_f(nq), *wk = xmalloc_f(nk), *wkc = xmalloc_f(nc),
-                          *wvc = xmalloc_f(nc);
-                    memcpy(wq, q, nq * sizeof(float)), memcpy(wk, k, nk * sizeof(float));
-                    memcpy(wkc, kc, nc * sizeof(float)), memcpy(wvc, vc, nc * sizeof(float));
-                    ref->rope(ref, wq, &rc.on_ref, n_head, hd, &rp);
-                    ref->rope(ref, wk, &rc.on_ref, n_head_kv, hd, &rp);
-                    ref->kv_store(ref, wkc, wvc, wk, v, &rc.on_ref, kv_dim);
-                    e->be->rope_store(e->be, bq, bk, bv, bkc, bvc, &rc.on_be, n_head, n_head_kv, hd, &rp);
-                    char what[128];
-                    snprintf(what, sizeof what,
-                             "rope_store %s hd=%d n_dims=%d heads %d/%d: ", kind ? "neox" : "norm", hd,
-                             rp.n_dims, n_head, n_head_kv);
-                    const size_t wl = strlen(what);
-                    static const char *parts[] = {"q", "k cache", "v cache"};
-                    const float *bufs[] = {bq, bkc, bvc}, *wants[] = {wq, wkc, wvc};
-                    const size_t lens[] = {nq, nc, nc};
-                    for (int b = 0; b < 3; b++) {
-                        snprintf(what + wl, sizeof what - wl, "%s", parts[b]);
-                        if (get(e->be, got, bufs[b], lens[b]))
-                            compare(e->be->name, what, got, wants[b], NULL, lens[b], 1e-6, 1e-5, 1e-10);
+    for (int ti = 0; ti < 2; ti++) {
+        const enum ggml_type kt = ti ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        if (!kv_use(e, kt)) continue;
+        const size_t es = kv_size(kt);
+        for (int kind = 0; kind < 2; kind++)
+            for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+                for (int partial = 0; partial < 2; partial++)
+                    for (size_t gi = 0; gi < sizeof groups / sizeof *groups; gi++, cases++) {
+                        const int hd = hds[hi], n_head = groups[gi][0], n_head_kv = groups[gi][1], n_ctx = 64;
+                        const int seq[2] = {1, 0}, pos0[2] = {5, 0}, ns[2] = {3, 1}, n = 4;
+                        struct rows_case rc = rows_make(e->be, 2, seq, pos0, ns, n_ctx);
+                        float ff[64];
+                        const struct rope_params rp = rope_variant(kind, hd, partial, 2 * (int)(gi % 2), ff);
+                        const int kv_dim = n_head_kv * hd;
+                        const size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kv_dim,
+                                     nc = 2 * (size_t)n_ctx * kv_dim;
+                        float *q = xmalloc_f(nq), *k = xmalloc_f(nk), *v = xmalloc_f(nk);
+                        float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *got = xmalloc_f(nc);
+                        fill_normal(q, nq), fill_normal(k, nk), fill_normal(v, nk);
+                        fill_normal(kc, nc), fill_normal(vc, nc);
+                        // the caches as the type holds them: the reference's copies, and the uploads'
+                        void *wkc = kv_from_floats(kt, kc, nc), *wvc = kv_from_floats(kt, vc, nc);
+                        float *bq = put(e->be, q, nq * sizeof(float)),
+                              *bk = put(e->be, k, nk * sizeof(float));
+                        float *bv = put(e->be, v, nk * sizeof(float));
+                        void *hkc = kv_from_floats(kt, kc, nc), *hvc = kv_from_floats(kt, vc, nc);
+                        void *bkc = put(e->be, hkc, nc * es), *bvc = put(e->be, hvc, nc * es);
+                        // the reference on copies: the uploads may still be reading q, k, the caches
+                        float *wq = xmalloc_f(nq), *wk = xmalloc_f(nk);
+                        memcpy(wq, q, nq * sizeof(float)), memcpy(wk, k, nk * sizeof(float));
+                        ref->rope(ref, wq, &rc.on_ref, n_head, hd, &rp);
+                        ref->rope(ref, wk, &rc.on_ref, n_head_kv, hd, &rp);
+                        ref->kv_store(ref, wkc, wvc, wk, v, &rc.on_ref, kv_dim);
+                        e->be->rope_store(e->be, bq, bk, bv, bkc, bvc, &rc.on_be, n_head, n_head_kv, hd, &rp);
+                        char what[128];
+                        snprintf(what, sizeof what, "rope_store %s hd=%d n_dims=%d heads %d/%d, %s cache: ",
+                                 kind ? "neox" : "norm", hd, rp.n_dims, n_head, n_head_kv, quant_name(kt));
+                        const size_t wl = strlen(what);
+                        snprintf(what + wl, sizeof what - wl, "q");
+                        if (get(e->be, got, bq, nq))
+                            compare(e->be->name, what, got, wq, NULL, nq, 1e-6, 1e-5, 1e-10);
                         else
                             test_n_fail++;
+                        // a rotated key may round to the neighbouring half: within the bound, widened
+                        static const char *parts[] = {"k cache", "v cache"};
+                        const void *bufs[] = {bkc, bvc}, *wants[] = {wkc, wvc};
+                        void *raw = st_xmalloc(nc * es);
+                        float *want = xmalloc_f(nc);
+                        for (int b = 0; b < 2; b++) {
+                            snprintf(what + wl, sizeof what - wl, "%s", parts[b]);
+                            kv_to_floats(kt, wants[b], want, nc);
+                            if (get_bytes(e->be, raw, bufs[b], nc * es)) {
+                                kv_to_floats(kt, raw, got, nc);
+                                compare(e->be->name, what, got, want, NULL, nc, 1e-6,
+                                        es == 2 ? 1.0 / 1024 : 1e-5, 1e-10);
+                            } else {
+                                test_n_fail++;
+                            }
+                        }
+                        free(raw), free(want), free(hkc), free(hvc);
+                        e->be->release(e->be, bq), e->be->release(e->be, bk), e->be->release(e->be, bv);
+                        e->be->release(e->be, bkc), e->be->release(e->be, bvc);
+                        rows_free(e->be, &rc);
+                        free(q), free(k), free(v), free(kc), free(vc), free(got);
+                        free(wq), free(wk), free(wkc), free(wvc);
                     }
-                    e->be->release(e->be, bq), e->be->release(e->be, bk), e->be->release(e->be, bv);
-                    e->be->release(e->be, bkc), e->be->release(e->be, bvc);
-                    rows_free(e->be, &rc);
-                    free(q), free(k), free(v), free(kc), free(vc), free(got);
-                    free(wq), free(wk), free(wkc), free(wvc);
-                }
+    }
+    kv_use(e, kv_default);
     printf("  %s %s rope_store: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
 }
 
@@ -922,93 +974,116 @@ static void test_kv_store_attention(const struct be_entry *e) {
         float scale_mul, softcap;
         int window;
     } opts[] = {{1, 0, 0}, {2.5f, 1.5f, 0}, {1, 0, 5}, {1, 0, 600}, {1, 30, 1}};
-    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
-        for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
-            for (int ni = 0; ni < 3; ni++) // a decode token, short spans, prompt chunks (GPU tiles)
-                for (int multi = 0; multi < 2; multi++) {
-                    const int n = (int[]){1, 5, 40}[ni];
-                    const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
-                    const int kv_dim = n_head_kv * hd, n_span = multi ? 3 : 1;
-                    const int seq[3] = {multi ? 2 : 0, 0, 1};
-                    const int pos0[3] = {pos0s[pi], pos0s[(pi + 1) % 4], pos0s[(pi + 3) % 4]};
-                    const int cnt[3] = {n, 1, n};
-                    // each region: 3 rows past its last position hold NaN: reading them is a bug
-                    int n_ctx = 0, len[3] = {0, 0, 0}; // region size; rows each region holds
-                    for (int s = 0; s < n_span; s++) {
-                        len[seq[s]] = pos0[s] + cnt[s];
-                        if (len[seq[s]] + 3 > n_ctx) n_ctx = len[seq[s]] + 3;
-                    }
-                    struct rows_case rc = rows_make(e->be, n_span, seq, pos0, cnt, n_ctx);
-                    const int rows = rc.on_ref.n;
-                    const size_t nc = (size_t)n_span * n_ctx * kv_dim, nq = (size_t)rows * n_head * hd;
-                    const size_t nkv = (size_t)rows * kv_dim;
-                    float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *q = xmalloc_f(nq);
-                    float *k = xmalloc_f(nkv), *v = xmalloc_f(nkv);
-                    float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc);
-                    fill_normal(kc, nc);
-                    fill_normal(vc, nc);
-                    for (int r = 0; r < n_span; r++)
-                        for (size_t i = (size_t)len[r] * kv_dim; i < (size_t)n_ctx * kv_dim; i++)
-                            kc[(size_t)r * n_ctx * kv_dim + i] = vc[(size_t)r * n_ctx * kv_dim + i] = NAN;
-                    fill_normal(q, nq);
-                    fill_normal(k, nkv);
-                    fill_normal(v, nkv);
-                    float *bkc = put(e->be, kc, nc * sizeof(float)),
-                          *bvc = put(e->be, vc, nc * sizeof(float));
-                    float *bk = put(e->be, k, nkv * sizeof(float)), *bv = put(e->be, v, nkv * sizeof(float));
-                    float *bq = put(e->be, q, nq * sizeof(float)), *bo = put(e->be, NULL, nq * sizeof(float));
-                    ref->kv_store(ref, kc, vc, k, v, &rc.on_ref, kv_dim);
-                    e->be->kv_store(e->be, bkc, bvc, bk, bv, &rc.on_be, kv_dim);
-                    char what[192];
-                    snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d sequences=%d", pos0[0], n,
-                             kv_dim, n_span);
-                    float *const caches[2][2] = {{bkc, kc}, {bvc, vc}};
-                    for (int kvi = 0; kvi < 2; kvi++) {
-                        if (!get(e->be, gotc, caches[kvi][0], nc)) {
-                            test_n_fail++;
-                            continue;
+    const enum ggml_type kv_default = e->be->kv_type;
+    char types[32] = "";
+    for (int ti = 0; ti < 2; ti++) {
+        const enum ggml_type kt = ti ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        if (!kv_use(e, kt)) continue;
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s", types[0] ? ", " : "",
+                 quant_name(kt));
+        const size_t es = kv_size(kt);
+        for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
+            for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++)
+                for (int ni = 0; ni < 3; ni++) // a decode token, short spans, prompt chunks (GPU tiles)
+                    for (int multi = 0; multi < 2; multi++) {
+                        const int n = (int[]){1, 5, 40}[ni];
+                        const int n_head = cfg[ci][0], n_head_kv = cfg[ci][1], hd = cfg[ci][2];
+                        const int kv_dim = n_head_kv * hd, n_span = multi ? 3 : 1;
+                        const int seq[3] = {multi ? 2 : 0, 0, 1};
+                        const int pos0[3] = {pos0s[pi], pos0s[(pi + 1) % 4], pos0s[(pi + 3) % 4]};
+                        const int cnt[3] = {n, 1, n};
+                        // each region: 3 rows past its last position hold NaN: reading them is a bug
+                        int n_ctx = 0, len[3] = {0, 0, 0}; // region size; rows each region holds
+                        for (int s = 0; s < n_span; s++) {
+                            len[seq[s]] = pos0[s] + cnt[s];
+                            if (len[seq[s]] + 3 > n_ctx) n_ctx = len[seq[s]] + 3;
                         }
-                        for (int r = 0; r < n_span; r++) {
-                            const size_t off = (size_t)r * n_ctx * kv_dim;
-                            compare(e->be->name, what, gotc + off, caches[kvi][1] + off, NULL,
-                                    (size_t)len[r] * kv_dim, 0, 0, 0);
-                        }
-                    }
-                    for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
-                        const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
-                                                       opts[oi].softcap, opts[oi].window};
-                        // the output product follows, where the GPU writes the output's 8-bit form with it
-                        const bool product = e->gpu && oi == 0 && n_head * hd % 32 == 0;
-                        struct fresh_product f;
-                        const bool made = product && fresh_begin(e, &f, GGML_TYPE_Q4_0, n_head * hd, rows);
-                        ref->attention(ref, q, kc, vc, want, &rc.on_ref, n_head, n_head_kv, hd, &ap);
-                        poison(e->be, bo, nq);
-                        e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd, &ap);
-                        snprintf(what, sizeof what,
-                                 "attention heads=%d/%d hd=%d pos0=%d n=%d sequences=%d scale=%.3g cap=%g "
-                                 "window=%d",
-                                 n_head, n_head_kv, hd, pos0[0], n, n_span, ap.scale, ap.softcap, ap.window);
-                        if (get(e->be, got, bo, nq))
-                            compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
-                        else
-                            test_n_fail++;
-                        if (product) {
-                            if (fresh_end(e, &f, bo) && made) {
-                                test_n_pass++;
-                            } else {
+                        struct rows_case rc = rows_make(e->be, n_span, seq, pos0, cnt, n_ctx);
+                        const int rows = rc.on_ref.n;
+                        const size_t nc = (size_t)n_span * n_ctx * kv_dim, nq = (size_t)rows * n_head * hd;
+                        const size_t nkv = (size_t)rows * kv_dim;
+                        float *kc = xmalloc_f(nc), *vc = xmalloc_f(nc), *q = xmalloc_f(nq);
+                        float *k = xmalloc_f(nkv), *v = xmalloc_f(nkv);
+                        float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc),
+                              *wantc = xmalloc_f(nc);
+                        void *raw = st_xmalloc(nc * es);
+                        fill_normal(kc, nc);
+                        fill_normal(vc, nc);
+                        for (int r = 0; r < n_span; r++)
+                            for (size_t i = (size_t)len[r] * kv_dim; i < (size_t)n_ctx * kv_dim; i++)
+                                kc[(size_t)r * n_ctx * kv_dim + i] = vc[(size_t)r * n_ctx * kv_dim + i] = NAN;
+                        fill_normal(q, nq);
+                        fill_normal(k, nkv);
+                        fill_normal(v, nkv);
+                        // the caches as the type holds them: the reference's, and the uploads' copies
+                        void *hkc = kv_from_floats(kt, kc, nc), *hvc = kv_from_floats(kt, vc, nc);
+                        void *ukc = kv_from_floats(kt, kc, nc), *uvc = kv_from_floats(kt, vc, nc);
+                        void *bkc = put(e->be, ukc, nc * es), *bvc = put(e->be, uvc, nc * es);
+                        float *bk = put(e->be, k, nkv * sizeof(float)),
+                              *bv = put(e->be, v, nkv * sizeof(float));
+                        float *bq = put(e->be, q, nq * sizeof(float)),
+                              *bo = put(e->be, NULL, nq * sizeof(float));
+                        ref->kv_store(ref, hkc, hvc, k, v, &rc.on_ref, kv_dim);
+                        e->be->kv_store(e->be, bkc, bvc, bk, bv, &rc.on_be, kv_dim);
+                        char what[192];
+                        snprintf(what, sizeof what, "kv_store pos0=%d n=%d kv_dim=%d sequences=%d, %s cache",
+                                 pos0[0], n, kv_dim, n_span, quant_name(kt));
+                        const void *caches[2][2] = {{bkc, hkc}, {bvc, hvc}};
+                        for (int kvi = 0; kvi < 2; kvi++) {
+                            if (!get_bytes(e->be, raw, caches[kvi][0], nc * es)) {
                                 test_n_fail++;
-                                printf("  FAIL %s %s, then matmul: not the bits of a fresh copy's product\n",
-                                       e->be->name, what);
+                                continue;
+                            }
+                            kv_to_floats(kt, raw, gotc, nc);
+                            kv_to_floats(kt, caches[kvi][1], wantc, nc);
+                            for (int r = 0; r < n_span; r++) {
+                                const size_t off = (size_t)r * n_ctx * kv_dim;
+                                compare(e->be->name, what, gotc + off, wantc + off, NULL,
+                                        (size_t)len[r] * kv_dim, 0, 0, 0);
                             }
                         }
+                        for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
+                            const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
+                                                           opts[oi].softcap, opts[oi].window};
+                            // the output product follows, where the GPU writes the output's 8-bit form with it
+                            const bool product = e->gpu && oi == 0 && n_head * hd % 32 == 0;
+                            struct fresh_product f;
+                            const bool made =
+                                product && fresh_begin(e, &f, GGML_TYPE_Q4_0, n_head * hd, rows);
+                            ref->attention(ref, q, hkc, hvc, want, &rc.on_ref, n_head, n_head_kv, hd, &ap);
+                            poison(e->be, bo, nq);
+                            e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd, &ap);
+                            snprintf(
+                                what, sizeof what,
+                                "attention heads=%d/%d hd=%d pos0=%d n=%d sequences=%d scale=%.3g cap=%g "
+                                "window=%d, %s cache",
+                                n_head, n_head_kv, hd, pos0[0], n, n_span, ap.scale, ap.softcap, ap.window,
+                                quant_name(kt));
+                            if (get(e->be, got, bo, nq))
+                                compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
+                            else
+                                test_n_fail++;
+                            if (product) {
+                                if (fresh_end(e, &f, bo) && made) {
+                                    test_n_pass++;
+                                } else {
+                                    test_n_fail++;
+                                    printf(
+                                        "  FAIL %s %s, then matmul: not the bits of a fresh copy's product\n",
+                                        e->be->name, what);
+                                }
+                            }
+                        }
+                        void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
+                        for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
+                        rows_free(e->be, &rc);
+                        free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
+                        free(wantc), free(raw), free(hkc), free(hvc), free(ukc), free(uvc);
                     }
-                    void *bufs[] = {bkc, bvc, bk, bv, bq, bo};
-                    for (size_t i = 0; i < 6; i++) e->be->release(e->be, bufs[i]);
-                    rows_free(e->be, &rc);
-                    free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
-                }
-    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window, several sequences)\n",
-           test_n_fail == before ? "ok  " : "FAIL", e->be->name);
+    }
+    kv_use(e, kv_default);
+    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window, several sequences; %s caches)\n",
+           test_n_fail == before ? "ok  " : "FAIL", e->be->name, types);
 }
 
 // Per-element bounds for act(g)·u against the double reference, and the NMSE

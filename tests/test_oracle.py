@@ -17,7 +17,8 @@ through build/tests/tool_oracle (token ids, logits) and `strata perplexity`.
   method run here on llama.cpp's logits.
 
 llama.cpp is configured for the closest comparison and the configuration is
-printed: F32 K/V cache (its default is F16; Strata keeps K/V in F32), flash
+printed: F32 K/V cache on both sides (their default is F16; Strata's tools
+and `--cache-type f32` keep it in F32 here), flash
 attention off (Strata's attention is a plain softmax), no weight repacking
 (the repacked AMX/AVX512 paths quantize and order differently, and the AMX
 one crashes on some machines), 2 threads.
@@ -267,7 +268,7 @@ def test_perplexity(np, llama_cpp, args, tmp):
     chunks = args.ppl_chunks
     base = os.path.join(tmp, "strata.kld")
     out = subprocess.run([args.bin, "perplexity", "-m", args.model, "-f", args.text, "-c", "512",
-                          "--chunks", str(chunks), "-t", "2", "--backend", "cpu",
+                          "--chunks", str(chunks), "-t", "2", "--backend", "cpu", "--cache-type", "f32",
                           "--kl-divergence-base", base], capture_output=True, text=True)
     m = re.search(r"^Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)$", out.stdout, re.M)
     if out.returncode or not m:

@@ -27,7 +27,7 @@
 
 static int usage(void) {
     fprintf(stderr, "usage: tool_logits MODEL --tokens 1,2,3 [--backend NAME] [--out FILE] "
-                    "[--greedy N] [-b N]\n");
+                    "[--greedy N] [-b N] [--cache-type f32|f16 (default f32)]\n");
     return 2;
 }
 
@@ -106,8 +106,14 @@ int main(int argc, char **argv) {
     const char *path = NULL, *tokens_arg = NULL, *backend = "cpu", *out_path = NULL, *cmp_path = NULL;
     int n_greedy = 0, n_batch = 0;
     double max_nmse = -1;
+    enum ggml_type kv_type = GGML_TYPE_F32; // as the references compared with keep K/V
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
+        if (!strcmp(argv[i], "--cache-type") && i + 1 < argc) {
+            if (backend_parse_kv_type(argv[++i], &kv_type)) {
+                fprintf(stderr, "tool_logits: %s\n", st_last_error());
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
             tokens_arg = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             backend = argv[++i];
@@ -139,7 +145,7 @@ int main(int argc, char **argv) {
     struct backend *be = backend_open(backend, &bo);
     struct context *c = NULL;
     const int V = m->hp.n_vocab, n_ctx = n + n_greedy + 1;
-    if (!be || context_init(m, be, n_ctx, n_batch, 1, &c)) {
+    if (!be || backend_set_kv_type(be, kv_type) || context_init(m, be, n_ctx, n_batch, 1, &c)) {
         fprintf(stderr, "tool_logits: %s\n", st_last_error());
         return 1;
     }

@@ -71,8 +71,8 @@ static int cmd_tokenize(const struct model *m) {
     return 0;
 }
 
-static int cmd_logits(struct model *m, const char *be_name, const char *out_path, int n_batch,
-                      int n_threads) {
+static int cmd_logits(struct model *m, const char *be_name, const char *out_path, int n_batch, int n_threads,
+                      enum ggml_type kv_type) {
     int cap = 1024, n = 0;
     int32_t *toks = st_xmalloc(sizeof(int32_t) * (size_t)cap);
     long v;
@@ -97,7 +97,7 @@ static int cmd_logits(struct model *m, const char *be_name, const char *out_path
     const struct backend_opts bo = {.n_threads = n_threads};
     struct backend *be = backend_open(be_name, &bo);
     struct context *c = NULL;
-    if (!be || context_init(m, be, n, n_batch, 1, &c)) {
+    if (!be || backend_set_kv_type(be, kv_type) || context_init(m, be, n, n_batch, 1, &c)) {
         fprintf(stderr, "tool_oracle: %s: %s\n", be_name, st_last_error());
         return 1;
     }
@@ -129,17 +129,24 @@ int main(int argc, char **argv) {
         (!strcmp(argv[1], "logits") && argc < 5)) {
         fprintf(stderr,
                 "usage: %s tokenize MODEL < hex-lines\n"
-                "       %s logits MODEL BACKEND OUT [-b N] [-t N] < ids\n",
+                "       %s logits MODEL BACKEND OUT [-b N] [-t N] [--cache-type f32|f16] < ids\n"
+                "(the K/V cache type defaults to f32, as the references compared with keep it)\n",
                 argv[0], argv[0]);
         return 2;
     }
     int n_batch = 0, n_threads = 0;
+    enum ggml_type kv_type = GGML_TYPE_F32;
     for (int i = 5; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b"))
             n_batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-t"))
             n_threads = atoi(argv[i + 1]);
-        else {
+        else if (!strcmp(argv[i], "--cache-type")) {
+            if (backend_parse_kv_type(argv[i + 1], &kv_type)) {
+                fprintf(stderr, "tool_oracle: %s\n", st_last_error());
+                return 2;
+            }
+        } else {
             fprintf(stderr, "tool_oracle: unknown option %s\n", argv[i]);
             return 2;
         }
@@ -149,8 +156,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tool_oracle: %s\n", st_last_error());
         return 1;
     }
-    const int rc =
-        !strcmp(argv[1], "tokenize") ? cmd_tokenize(m) : cmd_logits(m, argv[3], argv[4], n_batch, n_threads);
+    const int rc = !strcmp(argv[1], "tokenize")
+                       ? cmd_tokenize(m)
+                       : cmd_logits(m, argv[3], argv[4], n_batch, n_threads, kv_type);
     model_free(m);
     return rc;
 }

@@ -79,8 +79,14 @@ int main(int argc, char **argv) {
 #endif
     int n_gen = 64;
     double max_nmse = 1e-2;
+    enum ggml_type kv_type = GGML_TYPE_F32; // every side the same (the GPU backends keep F32)
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-a") && i + 1 < argc)
+        if (!strcmp(argv[i], "--cache-type") && i + 1 < argc) {
+            if (backend_parse_kv_type(argv[++i], &kv_type)) {
+                fprintf(stderr, "tool_parity: %s\n", st_last_error());
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "-a") && i + 1 < argc)
             name_a = argv[++i];
         else if (!strcmp(argv[i], "-b") && i + 1 < argc)
             name_b = argv[++i];
@@ -97,7 +103,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s MODEL [-a BACKEND] [-b BACKEND] [-r BACKEND] [-n N] [-p TEXT] "
-                    "[--max-nmse X]\n",
+                    "[--max-nmse X] [--cache-type f32|f16]\n",
                     argv[0]);
             return 2;
         }
@@ -125,11 +131,11 @@ int main(int argc, char **argv) {
     float *lg[3] = {NULL, NULL, NULL};
     for (int s = 0; s < n_sides; s++) {
         const struct backend_opts bo = {0};
-        if (!(be[s] = backend_open(names[s], &bo))) {
+        if (!(be[s] = backend_open(names[s], &bo)) || backend_set_kv_type(be[s], kv_type)) {
             fprintf(stderr, "tool_parity: backend %s: %s\n", names[s], st_last_error());
             return 1;
         }
-        if (be[s]->check_memory(be[s], m->weight_bytes, model_kv_bytes(m, n_ctx),
+        if (be[s]->check_memory(be[s], m->weight_bytes, model_kv_bytes(m, n_ctx, kv_type),
                                 context_scratch_bytes(m, n_prompt), n_ctx)) {
             fprintf(stderr, "tool_parity: %s\n", st_last_error());
             return 1;

@@ -59,6 +59,8 @@ const char cli_model_opts_help[] =
     "  -t, --threads N        CPU threads (default: every core)\n"
     "  -b, --batch-size N     prompt tokens per forward pass (default: 512)\n"
     "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
+    "      --cache-type T     the KV cache's element type, f16 or f32 (default: f16 on the CPU,\n"
+    "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n"
     "      --temp T           temperature; 0 picks the most likely token (default: 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default: 40)\n"
     "      --top-p P          keep the smallest set with probability >= P; 1 = off (default: 0.95)\n"
@@ -106,6 +108,15 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         }
         if (!ok) return st_fail("--backend: unknown backend '%s' (known: %s)", v, known);
         o->s.backend = v;
+    } else if (IS("--cache-type", NULL) || IS("-ctk", "--cache-type-k") || IS("-ctv", "--cache-type-v")) {
+        VALUE();
+        enum ggml_type t, before;
+        if (backend_parse_kv_type(v, &t))
+            return st_fail("%s: unknown KV cache type '%s' (known: f16, f32)", a, v);
+        if (o->s.cache_type && !backend_parse_kv_type(o->s.cache_type, &before) && before != t)
+            return st_fail("%s %s: the K and V caches are kept in one type, and %s was asked for already", a,
+                           v, o->s.cache_type);
+        o->s.cache_type = v;
     } else if (IS("--temp", NULL)) {
         VALUE();
         if (cli_parse_float(a, v, 0, 1e6, &f)) return -1;

@@ -48,7 +48,9 @@ size_t attention_scratch_floats(int n_threads, const struct att_run *runs, int n
 #include "cpu/simd_exp.h"
 
 struct att_job {
-    const float *q, *k, *v;
+    const float *q;
+    const char *k, *v; // the run's first cache row
+    int f16;           // the caches hold halves (else floats)
     float *out;
     int n, pos0, n_head, n_head_kv, hd;
     float scale, softcap; // softcap 0: none
@@ -84,9 +86,18 @@ static inline __m512 hsum16(const __m512 v[16]) {
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
 }
 
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+// 16 elements of a cache from element i of c (lanes of mk; 0 elsewhere), as
+// floats: c holds halves when f16, else floats. Callers pass f16 as a constant.
+static ALWAYS_INLINE __m512 kv16(const char *c, size_t i, __mmask16 mk, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)c + i));
+    return _mm512_maskz_loadu_ps(mk, (const float *)c + i);
+}
+
 // Scores (unscaled) of the ns ≤ 16 keys from kc (rows kv_dim apart) for query q:
 // lane i = q · k_i, lanes from ns on −inf (and their keys not read).
-static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd, int ns) {
+static ALWAYS_INLINE __m512 score16(const float *q, const char *kc, int kv_dim, int hd, int ns, int f16) {
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
@@ -95,14 +106,14 @@ static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd
             const __m512 qd = _mm512_loadu_ps(q + d);
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
-                acc[i] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kc + (size_t)i * kv_dim + d), acc[i]);
+                acc[i] = _mm512_fmadd_ps(qd, kv16(kc, (size_t)i * kv_dim + d, 0xFFFF, f16), acc[i]);
         }
     } else {
         for (int d = 0; d < hd; d += 16) {
             const __mmask16 mk = tail_mask(hd - d);
             const __m512 qd = _mm512_maskz_loadu_ps(mk, q + d);
             for (int i = 0; i < ns; i++)
-                acc[i] = _mm512_fmadd_ps(qd, _mm512_maskz_loadu_ps(mk, kc + (size_t)i * kv_dim + d), acc[i]);
+                acc[i] = _mm512_fmadd_ps(qd, kv16(kc, (size_t)i * kv_dim + d, mk, f16), acc[i]);
         }
     }
     return _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), tail_mask(ns), hsum16(acc));
@@ -110,8 +121,8 @@ static inline __m512 score16(const float *q, const float *kc, int kv_dim, int hd
 
 // o (hd) = o·alpha + Σ_k<nk p_k v_k (rows kv_dim apart): 64 dimensions at a time,
 // even and odd keys apart (eight independent chains of multiply-adds).
-static inline void pv_update(float *o, __m512 alpha, const float *pk, const float *vc, int kv_dim, int hd,
-                             int nk) {
+static ALWAYS_INLINE void pv_update(float *o, __m512 alpha, const float *pk, const char *vc, int kv_dim,
+                                    int hd, int nk, int f16) {
     for (int d0 = 0; d0 < hd; d0 += 64) {
         __mmask16 mk[4];
         for (int c = 0; c < 4; c++) mk[c] = d0 + 16 * c < hd ? tail_mask(hd - d0 - 16 * c) : 0;
@@ -124,19 +135,18 @@ static inline void pv_update(float *o, __m512 alpha, const float *pk, const floa
         int k = 0;
         for (; k + 2 <= nk; k += 2) {
             const __m512 pe = _mm512_set1_ps(pk[k]), po = _mm512_set1_ps(pk[k + 1]);
-            const float *ve = vc + (size_t)k * kv_dim + d0, *vo = ve + kv_dim;
+            const size_t ve = (size_t)k * kv_dim + d0, vo = ve + kv_dim;
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
-                oe[c] = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(mk[c], ve + 16 * c), oe[c]);
-                oo[c] = _mm512_fmadd_ps(po, _mm512_maskz_loadu_ps(mk[c], vo + 16 * c), oo[c]);
+                oe[c] = _mm512_fmadd_ps(pe, kv16(vc, ve + 16 * c, mk[c], f16), oe[c]);
+                oo[c] = _mm512_fmadd_ps(po, kv16(vc, vo + 16 * c, mk[c], f16), oo[c]);
             }
         }
         if (k < nk) {
             const __m512 pe = _mm512_set1_ps(pk[k]);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                oe[c] = _mm512_fmadd_ps(
-                    pe, _mm512_maskz_loadu_ps(mk[c], vc + (size_t)k * kv_dim + d0 + 16 * c), oe[c]);
+                oe[c] = _mm512_fmadd_ps(pe, kv16(vc, (size_t)k * kv_dim + d0 + 16 * c, mk[c], f16), oe[c]);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
@@ -153,19 +163,21 @@ static inline void pv_update(float *o, __m512 alpha, const float *pk, const floa
 // first lo[i] < nk (before its sliding window): all scores first, then all
 // softmax updates, then the value sums, so one query's long chain of dependent
 // steps overlaps another's. Each query's arithmetic is its own. Scores are
-// q·k·scale, then cap·tanh(score/cap) when cap > 0.
-static inline void queries_block(int nq, const float *const *qh, const int *lo, const float *kc,
-                                 const float *vc, int kv_dim, int hd, int nk, __m512 scale, float cap,
-                                 float *m, float *l, float *const *o) {
+// q·k·scale, then cap·tanh(score/cap) when cap > 0. The caches hold halves
+// when f16 (a constant in each of the two forms below).
+static ALWAYS_INLINE void queries_block_t(int nq, const float *const *qh, const int *lo, const char *kc,
+                                          const char *vc, int kv_dim, int hd, int nk, __m512 scale, float cap,
+                                          float *m, float *l, float *const *o, int f16) {
     float sc[QG][KBLK], pk[QG][KBLK];
     __m512 alpha[QG];
     for (int i = 0; i < nq; i++) {
 #pragma GCC unroll 4
         for (int sb = 0; sb < KBLK / 16; sb++) {
             const int ns = nk - 16 * sb < 0 ? 0 : (nk - 16 * sb > 16 ? 16 : nk - 16 * sb);
-            const __m512 sv =
-                ns ? _mm512_mul_ps(score16(qh[i], kc + (size_t)16 * sb * kv_dim, kv_dim, hd, ns), scale)
-                   : _mm512_set1_ps(-INFINITY);
+            const __m512 sv = ns ? _mm512_mul_ps(score16(qh[i], kc + (size_t)16 * sb * kv_dim * (f16 ? 2 : 4),
+                                                         kv_dim, hd, ns, f16),
+                                                 scale)
+                                 : _mm512_set1_ps(-INFINITY);
             _mm512_storeu_ps(sc[i] + 16 * sb, sv);
         }
         if (cap > 0)
@@ -191,7 +203,19 @@ static inline void queries_block(int nq, const float *const *qh, const int *lo, 
         l[i] = l[i] * _mm_cvtss_f32(_mm512_castps512_ps128(alpha[i])) + _mm512_reduce_add_ps(sum);
         m[i] = _mm_cvtss_f32(_mm512_castps512_ps128(m_new));
     }
-    for (int i = 0; i < nq; i++) pv_update(o[i], alpha[i], pk[i], vc, kv_dim, hd, nk);
+    for (int i = 0; i < nq; i++) pv_update(o[i], alpha[i], pk[i], vc, kv_dim, hd, nk, f16);
+}
+
+static void queries_block_f32(int nq, const float *const *qh, const int *lo, const char *kc, const char *vc,
+                              int kv_dim, int hd, int nk, __m512 scale, float cap, float *m, float *l,
+                              float *const *o) {
+    queries_block_t(nq, qh, lo, kc, vc, kv_dim, hd, nk, scale, cap, m, l, o, 0);
+}
+
+static void queries_block_f16(int nq, const float *const *qh, const int *lo, const char *kc, const char *vc,
+                              int kv_dim, int hd, int nk, __m512 scale, float cap, float *m, float *l,
+                              float *const *o) {
+    queries_block_t(nq, qh, lo, kc, vc, kv_dim, hd, nk, scale, cap, m, l, o, 1);
 }
 
 // Tokens [t0, t0 + nt), KV heads [hkv0, hkv1), keys [DSPLIT·piece,
@@ -203,6 +227,10 @@ static inline void queries_block(int nq, const float *const *qh, const int *lo, 
 static void attend(const struct att_job *j, int t0, int nt, int hkv0, int hkv1, int piece, int ith) {
     const int G = j->n_head / j->n_head_kv, hd = j->hd, kv_dim = j->n_head_kv * hd;
     const int nh = (hkv1 - hkv0) * G; // query heads of the task
+    const size_t es = j->f16 ? 2 : 4; // bytes of a cache element
+    void (*const queries_block)(int, const float *const *, const int *, const char *, const char *, int, int,
+                                int, __m512, float, float *, float *, float *const *) =
+        j->f16 ? queries_block_f16 : queries_block_f32;
     const int k0 = piece * DSPLIT;
     const __m512 scale = _mm512_set1_ps(j->scale);
     float *ms = j->scratch + (size_t)ith * j->stride, *ls = ms + TQ * j->n_head; // per query of the task
@@ -216,13 +244,13 @@ static void attend(const struct att_job *j, int t0, int nt, int hkv0, int hkv1, 
     for (int kb = k0; kb < k1; kb += KBLK) {
         if (j->n < TQ) // a few queries stream the cache: ask for the next block's rows early
             for (int r = KBLK; r < 2 * KBLK && kb + r < k1; r++)
-                for (int d = hkv0 * hd; d < hkv1 * hd; d += 16) {
-                    _mm_prefetch((const char *)(j->k + (size_t)(kb + r) * kv_dim + d), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(j->v + (size_t)(kb + r) * kv_dim + d), _MM_HINT_T0);
+                for (int d = hkv0 * hd; d < hkv1 * hd; d += 64 / (int)es) { // a cache line at a time
+                    _mm_prefetch(j->k + ((size_t)(kb + r) * kv_dim + d) * es, _MM_HINT_T0);
+                    _mm_prefetch(j->v + ((size_t)(kb + r) * kv_dim + d) * es, _MM_HINT_T0);
                 }
         for (int hkv = hkv0; hkv < hkv1; hkv++) {
-            const float *kc = j->k + (size_t)kb * kv_dim + (size_t)hkv * hd;
-            const float *vc = j->v + (size_t)kb * kv_dim + (size_t)hkv * hd;
+            const char *kc = j->k + ((size_t)kb * kv_dim + (size_t)hkv * hd) * es;
+            const char *vc = j->v + ((size_t)kb * kv_dim + (size_t)hkv * hd) * es;
             // the queries (token, head of this KV head) that see part of this block, QG at a time
             const float *qs[QG];
             float *os[QG], mq[QG], lq[QG];
@@ -347,10 +375,11 @@ static void merge_task(void *arg, int task, int ith) {
     merge_one(&b->jobs[r], task);
 }
 
-void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
+void attention_avx512(struct threadpool *tp, const float *q, const void *k_cache, const void *v_cache,
+                      bool f16, float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
                       int head_dim, const struct attn_params *ap, float *scratch) {
     if (n_runs <= 0) return;
+    const size_t es = f16 ? 2 : 4;
     struct att_job *jobs = st_xmalloc(sizeof *jobs * (size_t)n_runs);
     int *ends = st_xmalloc(sizeof *ends * 2 * (size_t)n_runs), *merge_ends = ends + n_runs;
     const size_t stride = per_thread(n_head, n_head_kv), kv_dim = (size_t)n_head_kv * head_dim;
@@ -360,8 +389,9 @@ void attention_avx512(struct threadpool *tp, const float *q, const float *k_cach
         const struct att_run *r = &runs[i];
         const size_t row = (size_t)r->row * n_head * head_dim;
         jobs[i] = (struct att_job){.q = q + row,
-                                   .k = k_cache + (size_t)r->base * kv_dim,
-                                   .v = v_cache + (size_t)r->base * kv_dim,
+                                   .k = (const char *)k_cache + (size_t)r->base * kv_dim * es,
+                                   .v = (const char *)v_cache + (size_t)r->base * kv_dim * es,
+                                   .f16 = f16,
                                    .out = out + row,
                                    .n = r->n,
                                    .pos0 = r->pos0,
@@ -398,10 +428,11 @@ void attention_avx512(struct threadpool *tp, const float *q, const float *k_cach
 
 #else // not x86-64: never called (gemm_isa_available says no AVX-512)
 
-void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
+void attention_avx512(struct threadpool *tp, const float *q, const void *k_cache, const void *v_cache,
+                      bool f16, float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
                       int head_dim, const struct attn_params *ap, float *scratch) {
-    (void)tp, (void)q, (void)k_cache, (void)v_cache, (void)out, (void)runs, (void)n_runs, (void)n_head;
+    (void)tp, (void)q, (void)k_cache, (void)v_cache, (void)f16, (void)out, (void)runs, (void)n_runs,
+        (void)n_head;
     (void)n_head_kv, (void)head_dim, (void)ap, (void)scratch;
     ST_ASSERT(!"attention_avx512 called on a CPU without AVX-512");
 }

@@ -32,10 +32,11 @@ size_t attention_scratch_floats(int n_threads, const struct att_run *runs, int n
 // keys; the ranges of every run are tasks of one threaded job, merged at the
 // end. Blocks and ranges are absolute positions, so a query's arithmetic, and
 // its result to the bit, is the same whatever batch it comes in.
+// The caches hold floats, or IEEE halves when f16 (widened as they are read).
 // scratch: attention_scratch_floats(threadpool_size(tp), ...) floats. Only call
 // it when the CPU has AVX-512 (gemm_isa_available).
-void attention_avx512(struct threadpool *tp, const float *q, const float *k_cache, const float *v_cache,
-                      float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
+void attention_avx512(struct threadpool *tp, const float *q, const void *k_cache, const void *v_cache,
+                      bool f16, float *out, const struct att_run *runs, int n_runs, int n_head, int n_head_kv,
                       int head_dim, const struct attn_params *ap, float *scratch);
 
 #endif

@@ -269,10 +269,21 @@ static float dot_f32(const float *a, const float *b, int n) {
     return s;
 }
 
+// Cache row k of a KV head (hd elements from c at element offset off) as floats:
+// c itself when it holds floats, else its halves widened into tmp.
+static const float *kv_row(const void *c, size_t off, int hd, bool f16, float *tmp) {
+    if (!f16) return (const float *)c + off;
+    const uint16_t *h = (const uint16_t *)c + off;
+    for (int d = 0; d < hd; d++) tmp[d] = st_fp16_to_f32(h[d]);
+    return tmp;
+}
+
 // The plain loop (CPUs without AVX-512): one task per (row, head).
 struct att_job {
     struct cpu *c;
-    const float *q, *k_cache, *v_cache;
+    const float *q;
+    const void *k_cache, *v_cache;
+    bool f16;
     float *out;
     const struct batch_rows *r;
     int n_head, n_head_kv, head_dim;
@@ -281,7 +292,8 @@ struct att_job {
 
 static void att_worker(void *arg, int ith, int nth) {
     struct att_job *j = arg;
-    float *s = j->c->att_scratch + (size_t)ith * (size_t)j->r->n_kv;
+    float *s = j->c->att_scratch + (size_t)ith * ((size_t)j->r->n_kv + (size_t)j->head_dim);
+    float *tmp = s + j->r->n_kv; // a cache row widened
     const int group = j->n_head / j->n_head_kv;
     const int kv_dim = j->n_head_kv * j->head_dim;
     const float scale = j->ap.scale, cap = j->ap.softcap;
@@ -291,11 +303,11 @@ static void att_worker(void *arg, int ith, int nth) {
         const int p0 = j->ap.window > 0 && p - j->ap.window + 1 > 0 ? p - j->ap.window + 1 : 0;
         const float *qh = j->q + (size_t)task * j->head_dim;
         const size_t off = (size_t)(h / group) * j->head_dim;
-        const float *kc = j->k_cache + (size_t)j->r->host_base[t] * kv_dim + off;
-        const float *vc = j->v_cache + (size_t)j->r->host_base[t] * kv_dim + off;
+        const size_t base = (size_t)j->r->host_base[t] * kv_dim + off;
         float mx = -INFINITY;
         for (int k = p0; k <= p; k++) {
-            float v = dot_f32(qh, kc + (size_t)k * kv_dim, j->head_dim) * scale;
+            const float *kr = kv_row(j->k_cache, base + (size_t)k * kv_dim, j->head_dim, j->f16, tmp);
+            float v = dot_f32(qh, kr, j->head_dim) * scale;
             if (cap > 0) v = cap * tanhf(v / cap);
             s[k] = v;
             if (v > mx) mx = v;
@@ -305,7 +317,7 @@ static void att_worker(void *arg, int ith, int nth) {
         float *oh = j->out + (size_t)task * j->head_dim;
         memset(oh, 0, sizeof(float) * (size_t)j->head_dim);
         for (int k = p0; k <= p; k++) {
-            const float *vp = vc + (size_t)k * kv_dim;
+            const float *vp = kv_row(j->v_cache, base + (size_t)k * kv_dim, j->head_dim, j->f16, tmp);
             const float wgt = s[k];
             for (int d = 0; d < j->head_dim; d++) oh[d] += wgt * vp[d];
         }
@@ -317,14 +329,16 @@ static void att_worker(void *arg, int ith, int nth) {
 // With AVX-512, attention_avx512 takes the batch as runs of rows of one
 // sequence at consecutive positions (a prompt chunk, a decode token), all in
 // one call.
-static void cpu_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+static void cpu_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
                           float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct attn_params *ap) {
     struct cpu *c = cpu_of(be);
     const int nth = threadpool_size(c->tp);
+    const bool f16 = be->kv_type == GGML_TYPE_F16;
     if (c->isa < GEMM_ISA_AVX512) {
-        grow((void **)&c->att_scratch, &c->att_cap, sizeof(float) * (size_t)r->n_kv * (size_t)nth);
-        struct att_job j = {c, q, k_cache, v_cache, out, r, n_head, n_head_kv, head_dim, *ap};
+        grow((void **)&c->att_scratch, &c->att_cap,
+             sizeof(float) * ((size_t)r->n_kv + (size_t)head_dim) * (size_t)nth);
+        struct att_job j = {c, q, k_cache, v_cache, f16, out, r, n_head, n_head_kv, head_dim, *ap};
         threadpool_run(c->tp, att_worker, &j);
         return;
     }
@@ -336,7 +350,7 @@ static void cpu_attention(struct backend *be, const float *q, const float *k_cac
     }
     grow((void **)&c->att_scratch, &c->att_cap,
          sizeof(float) * attention_scratch_floats(nth, c->runs, n_runs, n_head, n_head_kv, head_dim));
-    attention_avx512(c->tp, q, k_cache, v_cache, out, c->runs, n_runs, n_head, n_head_kv, head_dim, ap,
+    attention_avx512(c->tp, q, k_cache, v_cache, f16, out, c->runs, n_runs, n_head, n_head_kv, head_dim, ap,
                      c->att_scratch);
 }
 
@@ -444,6 +458,8 @@ struct backend *backend_cpu_init(int n_threads) {
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu";
     be->caps = BACKEND_CAP_HOST;
+    be->kv_type = GGML_TYPE_F16;
+    be->kv_types = 1u << GGML_TYPE_F32 | 1u << GGML_TYPE_F16;
     be->check_memory = cpu_fast_check_memory;
     be->impl = c;
     be->free = cpu_free;

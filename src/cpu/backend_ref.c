@@ -93,38 +93,49 @@ static void ref_rope(struct backend *be, float *x, const struct batch_rows *r, i
         }
 }
 
-static void ref_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+// Element i of a cache of be's KV type, and storing x there (a half rounded to
+// nearest, ties to even).
+static float kv_get(const struct backend *be, const void *c, size_t i) {
+    return be->kv_type == GGML_TYPE_F16 ? st_fp16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+}
+
+static void kv_put(const struct backend *be, void *c, size_t i, float x) {
+    if (be->kv_type == GGML_TYPE_F16)
+        ((uint16_t *)c)[i] = st_f32_to_fp16(x);
+    else
+        ((float *)c)[i] = x;
+}
+
+static void ref_kv_store(struct backend *be, void *k_cache, void *v_cache, const float *k, const float *v,
                          const struct batch_rows *r, int kv_dim) {
-    (void)be;
     for (int t = 0; t < r->n; t++) {
         const size_t row = (size_t)r->base[t] + (size_t)r->pos[t];
         for (int i = 0; i < kv_dim; i++) {
-            k_cache[row * kv_dim + i] = k[(size_t)t * kv_dim + i];
-            v_cache[row * kv_dim + i] = v[(size_t)t * kv_dim + i];
+            kv_put(be, k_cache, row * kv_dim + i, k[(size_t)t * kv_dim + i]);
+            kv_put(be, v_cache, row * kv_dim + i, v[(size_t)t * kv_dim + i]);
         }
     }
 }
 
-static void ref_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
+static void ref_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
                           float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct attn_params *ap) {
-    (void)be;
     const int group = n_head / n_head_kv;
     const int kv_dim = n_head_kv * head_dim;
     double *s = st_xmalloc(sizeof(double) * (size_t)r->n_kv);
     double *acc = st_xmalloc(sizeof(double) * (size_t)head_dim);
     for (int t = 0; t < r->n; t++) {
         const int p = r->pos[t];
-        const float *kc = k_cache + (size_t)r->base[t] * kv_dim, *vc = v_cache + (size_t)r->base[t] * kv_dim;
+        const size_t base = (size_t)r->base[t] * kv_dim;
         const int j0 = ap->window > 0 && p - ap->window + 1 > 0 ? p - ap->window + 1 : 0;
         for (int h = 0; h < n_head; h++) {
             const float *qh = q + ((size_t)t * n_head + h) * head_dim;
             const int kvh = h / group;
             double mx = -INFINITY;
             for (int j = j0; j <= p; j++) {
-                const float *kj = kc + (size_t)j * kv_dim + (size_t)kvh * head_dim;
+                const size_t kj = base + (size_t)j * kv_dim + (size_t)kvh * head_dim;
                 double d = 0;
-                for (int c = 0; c < head_dim; c++) d += (double)qh[c] * kj[c];
+                for (int c = 0; c < head_dim; c++) d += (double)qh[c] * kv_get(be, k_cache, kj + (size_t)c);
                 d *= ap->scale;
                 if (ap->softcap > 0) d = ap->softcap * tanh(d / ap->softcap);
                 s[j] = d;
@@ -134,8 +145,8 @@ static void ref_attention(struct backend *be, const float *q, const float *k_cac
             for (int j = j0; j <= p; j++) sum += s[j] = exp(s[j] - mx);
             for (int c = 0; c < head_dim; c++) acc[c] = 0;
             for (int j = j0; j <= p; j++) {
-                const float *vj = vc + (size_t)j * kv_dim + (size_t)kvh * head_dim;
-                for (int c = 0; c < head_dim; c++) acc[c] += s[j] * vj[c];
+                const size_t vj = base + (size_t)j * kv_dim + (size_t)kvh * head_dim;
+                for (int c = 0; c < head_dim; c++) acc[c] += s[j] * kv_get(be, v_cache, vj + (size_t)c);
             }
             float *oh = out + ((size_t)t * n_head + h) * head_dim;
             for (int c = 0; c < head_dim; c++) oh[c] = (float)(acc[c] / sum);
@@ -258,6 +269,8 @@ struct backend *backend_cpu_ref_init(void) {
     struct backend *be = st_xcalloc(1, sizeof *be);
     be->name = "cpu-ref";
     be->caps = BACKEND_CAP_HOST | BACKEND_CAP_REFERENCE;
+    be->kv_type = GGML_TYPE_F16;
+    be->kv_types = 1u << GGML_TYPE_F32 | 1u << GGML_TYPE_F16;
     be->check_memory = cpu_check_memory;
     be->free = ref_free;
     be->alloc = ref_alloc;

@@ -16,14 +16,14 @@ void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *t
                            out + (size_t)i * emb->cols, emb->cols);
 }
 
-void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+void cpu_kv_store(struct backend *be, void *k_cache, void *v_cache, const float *k, const float *v,
                   const struct batch_rows *r, int kv_dim) {
-    (void)be;
+    const struct quant_traits *qt = quant_get(be->kv_type); // F32: a copy; F16: rounded to halves
+    const size_t row = qt->type_size * (size_t)kv_dim;
     for (int t = 0; t < r->n; t++) {
-        const size_t dst = ((size_t)r->host_base[t] + (size_t)r->host_pos[t]) * kv_dim,
-                     src = (size_t)t * kv_dim;
-        memcpy(k_cache + dst, k + src, sizeof(float) * (size_t)kv_dim);
-        memcpy(v_cache + dst, v + src, sizeof(float) * (size_t)kv_dim);
+        const size_t dst = ((size_t)r->host_base[t] + (size_t)r->host_pos[t]) * row, src = (size_t)t * kv_dim;
+        qt->quantize_row(k + src, (char *)k_cache + dst, kv_dim);
+        qt->quantize_row(v + src, (char *)v_cache + dst, kv_dim);
     }
 }
 

@@ -8,7 +8,7 @@
 // The fast backend's ops outside backend_cpu.c (backend.h has their contracts):
 // cpu_common.c holds memory and copies, fast_ops.c the element-wise and routing ops.
 void cpu_get_rows(struct backend *be, const struct weight *emb, const int32_t *tokens, int n, float *out);
-void cpu_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+void cpu_kv_store(struct backend *be, void *k_cache, void *v_cache, const float *k, const float *v,
                   const struct batch_rows *r, int kv_dim);
 void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes);
 void cpu_release(struct backend *be, void *buf);

@@ -624,23 +624,23 @@ static void gb_rope(struct backend *be, float *x, const struct batch_rows *r, in
     take_error(g);
 }
 
-static void gb_rope_store(struct backend *be, float *q, float *k, const float *v, float *k_cache,
-                          float *v_cache, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
+static void gb_rope_store(struct backend *be, float *q, float *k, const float *v, void *k_cache,
+                          void *v_cache, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                           const struct rope_params *rp) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
     const float2 *cs = rope_dims_table(g, rp, head_dim, r->n_kv);
     if (cs)
-        gpu_rope_store(q, k, v, k_cache, v_cache, cs, r->pos, r->base, r->n, n_head, n_head_kv, head_dim,
-                       rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
+        gpu_rope_store(q, k, v, (float *)k_cache, (float *)v_cache, cs, r->pos, r->base, r->n, n_head,
+                       n_head_kv, head_dim, rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
     take_error(g);
 }
 
-static void gb_kv_store(struct backend *be, float *k_cache, float *v_cache, const float *k, const float *v,
+static void gb_kv_store(struct backend *be, void *k_cache, void *v_cache, const float *k, const float *v,
                         const struct batch_rows *r, int kv_dim) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    gpu_kv_store(k_cache, v_cache, k, v, r->pos, r->base, r->n, kv_dim, g->stream);
+    gpu_kv_store((float *)k_cache, (float *)v_cache, k, v, r->pos, r->base, r->n, kv_dim, g->stream);
     take_error(g);
 }
 
@@ -664,10 +664,11 @@ static int attention_rows(struct gpu_be *g, const float *q, const float *k_cache
 // kernel, the rows between them (decode tokens) the row kernel, in one launch
 // for each stretch: a decode batch is one launch. When the row kernel takes
 // the whole batch, it also writes out's 8-bit form for the output product.
-static void gb_attention(struct backend *be, const float *q, const float *k_cache, const float *v_cache,
-                         float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
+static void gb_attention(struct backend *be, const float *q, const void *kc, const void *vc, float *out,
+                         const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
+    const float *k_cache = (const float *)kc, *v_cache = (const float *)vc; // kv_types: F32 only
     g->q8_valid = false;
     const bool tiles = head_dim % 4 == 0;
     const int64_t row = (int64_t)n_head * head_dim;
@@ -927,6 +928,8 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->name = gpu_platform_name();
     be->caps = BACKEND_CAP_GPU;
     be->impl = g;
+    be->kv_type = GGML_TYPE_F32;
+    be->kv_types = 1u << GGML_TYPE_F32;
     be->check_memory = gb_check_memory;
     be->release_weight = gb_release_weight;
     be->free = gb_free;

@@ -91,10 +91,12 @@ static void *balloc(struct context *c, size_t bytes, int *failed) {
     return p;
 }
 
-// The KV cache of c: per layer K and V of (n_seq·n_ctx, n_head_kv*head_dim) floats.
+// The KV cache of c: per layer K and V of (n_seq·n_ctx, n_head_kv*head_dim)
+// elements of the backend's KV type.
 static void alloc_kv(struct context *c, int *failed) {
     const struct model_hparams *hp = &c->model->hp;
-    const size_t bytes = sizeof(float) * (size_t)c->n_seq * c->n_ctx * hp->n_head_kv * hp->head_dim;
+    const size_t bytes =
+        (size_t)model_kv_bytes(c->model, c->n_seq * c->n_ctx, c->be->kv_type) / 2 / (size_t)hp->n_layer;
     c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
     c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
     for (int l = 0; l < hp->n_layer; l++) {

@@ -20,8 +20,8 @@ struct context {
     // per layer kind: [0] global layers, [1] sliding-window layers
     struct rope_params rope[2]; // LongRoPE factors chosen for n_ctx
     struct attn_params attn[2];
-    float **k_cache; // [n_layer] backend buffers (n_seq·n_ctx, n_head_kv*head_dim), shared
-    float **v_cache; // [n_layer] same
+    void **k_cache; // [n_layer] backend buffers (n_seq·n_ctx, n_head_kv*head_dim) of be->kv_type, shared
+    void **v_cache; // [n_layer] same
     // scratch, backend buffers
     int32_t *tokens;   // (3, n_batch) of a batch of n: ids, positions, cache bases (3n used)
     float *x;          // (n_batch, n_embd) residual stream

@@ -544,9 +544,9 @@ void model_free(struct model *m) {
     free(m);
 }
 
-uint64_t model_kv_bytes(const struct model *m, int n_ctx) {
+uint64_t model_kv_bytes(const struct model *m, int n_ctx, enum ggml_type kv_type) {
     return 2ull * (uint64_t)m->hp.n_layer * (uint64_t)n_ctx * (uint64_t)m->hp.n_head_kv *
-           (uint64_t)m->hp.head_dim * sizeof(float);
+           (uint64_t)m->hp.head_dim * (kv_type == GGML_TYPE_F16 ? 2u : 4u);
 }
 
 int model_for_each_weight(const struct model *m, int (*fn)(void *user, const struct weight *w), void *user) {

@@ -160,8 +160,9 @@ struct model {
 int model_load(const char *path, struct model **out);
 void model_free(struct model *m);
 
-// Bytes of a KV cache for n_ctx positions (keys and values, every layer).
-uint64_t model_kv_bytes(const struct model *m, int n_ctx);
+// Bytes of a KV cache for n_ctx positions (keys and values, every layer) of
+// elements kv_type (GGML_TYPE_F32 or GGML_TYPE_F16).
+uint64_t model_kv_bytes(const struct model *m, int n_ctx, enum ggml_type kv_type);
 
 // Calls fn for every weight of m (each once; a tied output is the embedding).
 // Stops at and returns the first non-zero fn result.

@@ -36,8 +36,13 @@ int session_open(const struct session_opts *o, struct session *s) {
                 n_ctx, hp->n_ctx_train);
     const struct backend_opts bo = {.n_threads = o->n_threads, .device = 0};
     if (!(s->be = backend_open(o->backend, &bo))) goto fail;
+    if (o->cache_type) {
+        enum ggml_type kt;
+        if (backend_parse_kv_type(o->cache_type, &kt) || backend_set_kv_type(s->be, kt)) goto fail;
+    }
     const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
-    const uint64_t kv = model_kv_bytes(s->model, n_ctx), scratch = context_scratch_bytes(s->model, n_batch);
+    const uint64_t kv = model_kv_bytes(s->model, n_ctx, s->be->kv_type),
+                   scratch = context_scratch_bytes(s->model, n_batch);
     // the most sequences, up to the number asked for (or SESSION_AUTO_SEQ), that fit
     const int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ;
     int n_seq = want;

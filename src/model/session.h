@@ -18,15 +18,17 @@
 #define SESSION_AUTO_SEQ 4
 
 struct session_opts {
-    const char *model;   // GGUF path (required)
-    int n_ctx;           // positions; 0: SESSION_DEFAULT_CTX, or the model's own if smaller
-    int n_batch;         // tokens per forward pass (capped by n_ctx)
-    int n_threads;       // CPU threads; ≤ 0: every core
-    const char *backend; // a registry name (backend.h) or "auto"
-    int n_seq;           // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
-                         // or 0: as many as SESSION_AUTO_SEQ that fit the memory
-    bool progress;       // pre-fault the model file's pages before use, with a progress
-                         // bar on stderr when it is a terminal and this takes a while
+    const char *model;      // GGUF path (required)
+    int n_ctx;              // positions; 0: SESSION_DEFAULT_CTX, or the model's own if smaller
+    int n_batch;            // tokens per forward pass (capped by n_ctx)
+    int n_threads;          // CPU threads; ≤ 0: every core
+    const char *backend;    // a registry name (backend.h) or "auto"
+    const char *cache_type; // the KV cache's element type, "f32" or "f16"; NULL: the backend's
+                            // default (f16 on the CPU backends, f32 on the GPU ones)
+    int n_seq;              // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
+                            // or 0: as many as SESSION_AUTO_SEQ that fit the memory
+    bool progress;          // pre-fault the model file's pages before use, with a progress
+                            // bar on stderr when it is a terminal and this takes a while
 };
 
 struct session {

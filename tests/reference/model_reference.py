@@ -162,6 +162,9 @@ class Model:
         # (scale amax/127, round half away from zero), as an engine's fast path does before
         # an integer dot product with quantized weights; used only to size its tolerance.
         self.act_q8 = False
+        # When set, K and V are rounded to float16 (to nearest, ties to even) as they enter
+        # the cache, as an engine with an F16 KV cache stores them.
+        self.kv_f16 = False
         self.q_pos_offset = 0  # nonzero only in --checks: queries rotated that many positions late
         self.set_rope()
 
@@ -232,6 +235,8 @@ class Model:
             v = self._mm(h, L["wv"]).reshape(T, nkv, hd)
             q = self._rope(q, qcos, qsin)
             k = self._rope(k, cos, sin)
+            if self.kv_f16:
+                k, v = k.astype(np.float16).astype(dt), v.astype(np.float16).astype(dt)
             if cache["k"][li] is None:
                 cache["k"][li], cache["v"][li] = k, v
             else:
@@ -454,6 +459,18 @@ def generate(model_path, out_dir):
         print(f"prompt {pi} {name}: act-q8 vs float64 max|dlogit| last-prompt {dq8[-1][0]:.3f}, "
               f"all {d.max():.3f}, max rms {rms:.3f}, greedy diverges at step {div}"
               + (f" (float64 margin there {dq8[-1][4]:.4f})" if div >= 0 else ""), flush=True)
+
+    # The same model with an F16 K/V cache: the reference for that cache type.
+    m64.act_q8 = False
+    m64.kv_f16 = True
+    full16, dkv = [], []
+    for pi, (name, text, ids) in enumerate(prompts):
+        seq = ids + greedy[pi][0][:-1]
+        full16.append(m64.forward(seq, m64.new_cache()))
+        d = np.abs(full16[-1] - full64[pi])
+        dkv.append((float(d[len(ids) - 1].max()), float(d.max())))
+        print(f"prompt {pi} {name}: F16 K/V vs float64 max|dlogit| last-prompt {dkv[-1][0]:.4f}, "
+              f"all {dkv[-1][1]:.4f}", flush=True)
     del m64
 
     # The same sequences through a float32 model: the honest floor for a float32 engine.
@@ -469,6 +486,15 @@ def generate(model_path, out_dir):
         d32.append((d_prompt, d_all, flips))
         print(f"prompt {pi} {name}: float32 vs float64 max|dlogit| last-prompt {d_prompt:.3e}, "
               f"all {len(seq)} positions {d_all:.3e}, argmax flips {flips}", flush=True)
+    # ... and with an F16 K/V cache: rounding to float16 turns float32's small differences
+    # into whole steps of a half wherever a value lies near a rounding boundary.
+    m32.kv_f16 = True
+    d32kv = []
+    for pi, (name, text, ids) in enumerate(prompts):
+        row = m32.forward(ids, m32.new_cache())[-1].astype(np.float64)
+        d32kv.append(float(np.abs(row - full16[pi][len(ids) - 1]).max()))
+        print(f"prompt {pi} {name}: float32 vs float64, both with F16 K/V, max|dlogit| last-prompt "
+              f"{d32kv[-1]:.4f}", flush=True)
     del m32
 
     # Records: last prompt position of every prompt, plus inner positions of one prompt.
@@ -509,18 +535,34 @@ def generate(model_path, out_dir):
                 "# act_q8_vs_float64 <prompt index> <max |dlogit| last prompt position> <max |dlogit| all "
                 "positions>\n#   <max over positions of the rms dlogit> <first greedy step that differs, -1: "
                 "none> <float64 margin there>\n"
-                "#   is the float64 pass with every weight matmul's input quantized to 8 bits per block of 32.\n")
-        for pi, pos in records:
-            row = full64[pi][pos]
-            fname = f"model_logits_p{pi}_t{pos}.bin"
+                "#   is the float64 pass with every weight matmul's input quantized to 8 bits per block of 32.\n"
+                "# logits_f16 <file> <prompt index> <position> <top1 logit> <top1-top2 gap> <top-5 ids>\n"
+                "#   the float64 pass with K and V rounded to float16 as they enter the cache (an F16\n"
+                "#   KV cache), at each prompt's last position.\n"
+                "# kv_f16_vs_float64 <prompt index> <max |dlogit| last prompt position> <max |dlogit| all "
+                "positions>\n"
+                "# kv_f16_float32_vs_float64 <prompt index> <max |dlogit| last prompt position>\n"
+                "#   the same forward pass in float32 against float64, both with F16 K/V.\n")
+        def record(kind, prefix, full, pi, pos):  # one logits file and its line
+            row = full[pi][pos]
+            fname = f"{prefix}_p{pi}_t{pos}.bin"
             write_logits_bin(os.path.join(out_dir, fname), hp["n_vocab"], pi, pos, pos + 1,
                              row.astype(np.float32))
-            f.write(f"logits {fname} {pi} {pos} {row.max():.6f} {top2_margin(row):.6f} "
+            f.write(f"{kind} {fname} {pi} {pos} {row.max():.6f} {top2_margin(row):.6f} "
                     f"{' '.join(map(str, top5(row)))}\n")
+
+        for pi, pos in records:
+            record("logits", "model_logits", full64, pi, pos)
         for pi, (dp, da, _) in enumerate(d32):
             f.write(f"float32_vs_float64 {pi} {dp:.3e} {da:.3e}\n")
         for pi, (dp, da, rms, div, mg) in enumerate(dq8):
             f.write(f"act_q8_vs_float64 {pi} {dp:.4f} {da:.4f} {rms:.4f} {div} {mg:.6f}\n")
+        for pi, (name, text, ids) in enumerate(prompts):
+            record("logits_f16", "model_logits_f16", full16, pi, len(ids) - 1)
+        for pi, (dp, da) in enumerate(dkv):
+            f.write(f"kv_f16_vs_float64 {pi} {dp:.4f} {da:.4f}\n")
+        for pi, dp in enumerate(d32kv):
+            f.write(f"kv_f16_float32_vs_float64 {pi} {dp:.4f}\n")
 
     with open(os.path.join(out_dir, "model_greedy.txt"), "w", encoding="utf-8") as f:
         f.write(f"# Greedy continuations (generated by tests/reference/model_reference.py):\n"
@@ -573,6 +615,8 @@ def checks(model_path):
          lambda: (m.hp.update(rope_base=float(_field(reader, "llama.rope.freq_base"))), m.set_rope())),
         ("8-bit activations (fast path model)", lambda: setattr(m, "act_q8", True),
          lambda: setattr(m, "act_q8", False)),
+        ("K/V rounded to float16 (an F16 cache)", lambda: setattr(m, "kv_f16", True),
+         lambda: setattr(m, "kv_f16", False)),
     ]
     for name, on, off in bugs:
         on()
