@@ -67,6 +67,8 @@ expect cache_unknown 2 "--cache-type: unknown KV cache type 'q8_0' \\(known: f16
     run -m "$tmp/tiny.gguf" -p hi -n 1 --cache-type q8_0
 expect cache_k_v_differ 2 "-ctv f32: the K and V caches are kept in one type, and f16 was asked for already" -- \
     run -m "$tmp/tiny.gguf" -p hi -n 1 -ctk f16 -ctv f32
+expect main_gpu_negative 2 "--main-gpu: -1 is out of range \\[0, 1023\\]" -- run -m "$tmp/tiny.gguf" -p hi -n 1 --main-gpu -1
+expect main_gpu_cpu 0 "" -- run -m "$tmp/tiny.gguf" -p hi -n 1 -mg 1 --backend cpu
 expect bench_busy 0 "tg8 .*busy: another process spins on CPU" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --busy
 expect bench_ceiling 0 "ceiling  [0-9.]* GB/s read: tg floor [0-9.]* tok/s, tg8 at [0-9]*% of it" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --ceiling
 expect bench_ceiling_ref 0 "ceiling  .* GB/s read" -- bench -m "$tmp/tiny.gguf" -p 0 -n 2 -r 1 --ceiling --backend cpu-ref

@@ -61,6 +61,7 @@ const char cli_model_opts_help[] =
     "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
     "      --cache-type T     the KV cache's element type, f16 or f32 (default: f16 on the CPU,\n"
     "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n"
+    "  -mg, --main-gpu N      the GPU to run on, from 0 (default: 0; strata info --devices lists them)\n"
     "      --temp T           temperature; 0 picks the most likely token (default: 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default: 40)\n"
     "      --top-p P          keep the smallest set with probability >= P; 1 = off (default: 0.95)\n"
@@ -108,6 +109,10 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         }
         if (!ok) return st_fail("--backend: unknown backend '%s' (known: %s)", v, known);
         o->s.backend = v;
+    } else if (IS("-mg", "--main-gpu")) {
+        VALUE();
+        if (cli_parse_int(a, v, 0, 1023, &n)) return -1;
+        o->s.device = (int)n;
     } else if (IS("--cache-type", NULL) || IS("-ctk", "--cache-type-k") || IS("-ctv", "--cache-type-v")) {
         VALUE();
         enum ggml_type t, before;

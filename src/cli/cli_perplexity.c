@@ -44,7 +44,8 @@ static const char perplexity_help[] =
     "  -t, --threads N        CPU threads (default: every core)\n"
     "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
     "      --cache-type T     the KV cache's element type, f16 or f32 (default: f16 on the CPU,\n"
-    "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n";
+    "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n"
+    "  -mg, --main-gpu N      the GPU to run on, from 0 (default: 0; strata info --devices lists them)\n";
 
 // The whole file at path, NUL-terminated; *len its size. NULL with a message.
 static char *read_text(const char *path, size_t *len) {
@@ -82,20 +83,10 @@ static char *read_text(const char *path, size_t *len) {
 }
 
 static bool is_session_flag(const char *a) {
-    static const char *const flags[] = {"-m",
-                                        "--model",
-                                        "-c",
-                                        "--ctx-size",
-                                        "-t",
-                                        "--threads",
-                                        "-b",
-                                        "--batch-size",
-                                        "--backend",
-                                        "--cache-type",
-                                        "-ctk",
-                                        "-ctv",
-                                        "--cache-type-k",
-                                        "--cache-type-v"};
+    static const char *const flags[] = {
+        "-m",           "--model",   "-c",           "--ctx-size", "-t",   "--threads",      "-b",
+        "--batch-size", "--backend", "--cache-type", "-ctk",       "-ctv", "--cache-type-k", "--cache-type-v",
+        "-mg",          "--main-gpu"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strcmp(a, flags[i])) return true;
     return false;

@@ -34,7 +34,7 @@ int session_open(const struct session_opts *o, struct session *s) {
                 "strata: warning: context %d is longer than the %d tokens the model was trained "
                 "on; quality may drop past that\n",
                 n_ctx, hp->n_ctx_train);
-    const struct backend_opts bo = {.n_threads = o->n_threads, .device = 0};
+    const struct backend_opts bo = {.n_threads = o->n_threads, .device = o->device};
     if (!(s->be = backend_open(o->backend, &bo))) goto fail;
     if (o->cache_type) {
         enum ggml_type kt;

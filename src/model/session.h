@@ -23,6 +23,7 @@ struct session_opts {
     int n_batch;            // tokens per forward pass (capped by n_ctx)
     int n_threads;          // CPU threads; ≤ 0: every core
     const char *backend;    // a registry name (backend.h) or "auto"
+    int device;             // the GPU a GPU backend runs on (--main-gpu), from 0
     const char *cache_type; // the KV cache's element type, "f32" or "f16"; NULL: the backend's
                             // default (f16 on the CPU backends, f32 on the GPU ones)
     int n_seq;              // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
