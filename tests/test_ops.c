@@ -1202,6 +1202,32 @@ static void test_elementwise(const struct be_entry *e) {
         e->be->release(e->be, bu);
         free(g), free(u), free(want), free(got);
     }
+    // the far tails, one element a case (no other element's size in the bound):
+    // exponents up to and past where e^a overflows a float (88.72), whose
+    // results are tiny normal floats, subnormals or 0
+    {
+        static const float silu_g[] = {-80, -85, -88, -88.7f, -89, -90, -95, -100, -104, -110, -200};
+        static const float gelu_g[] = {-9, -9.6f, -10, -10.05f, -10.1f, -10.2f, -10.5f, -11, -13, -20, -100};
+        for (int act = 0; act < 2; act++)
+            for (int k = 0; k < 11; k++)
+                for (int sign = 0; sign < 2; sign++) {
+                    const float g = act ? gelu_g[k] : silu_g[k], u = sign ? -3.0f : 3.0f;
+                    float want, got, *bg = put(e->be, &g, sizeof g), *bu = put(e->be, &u, sizeof u);
+                    float *bo = put(e->be, NULL, sizeof(float));
+                    ref->glu(ref, act ? GLU_GELU : GLU_SILU, &g, &u, &want, 1, 1, 1);
+                    e->be->glu(e->be, act ? GLU_GELU : GLU_SILU, bg, bu, bo, 1, 1, 1);
+                    char what[64];
+                    snprintf(what, sizeof what, "glu %s of %g times %g", act ? "gelu" : "silu", (double)g,
+                             (double)u);
+                    double bound;
+                    const double nmse_max = glu_bounds(act ? GLU_GELU : GLU_SILU, &g, &want, 1, 1, 1, &bound);
+                    if (get(e->be, &got, bo, 1))
+                        compare(e->be->name, what, &got, &want, &bound, 1, 0, 0, nmse_max);
+                    else
+                        test_n_fail++;
+                    e->be->release(e->be, bg), e->be->release(e->be, bu), e->be->release(e->be, bo);
+                }
+    }
     printf("  %s %s add, scale, softcap, add_bias, glu\n", test_n_fail == before ? "ok  " : "FAIL",
            e->be->name);
 }

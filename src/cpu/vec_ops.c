@@ -13,14 +13,25 @@
 // negative v (e^(−2u) grows to inf there and the quotient to −0).
 #define GELU_K 0.7978845608f
 
+// Past this exponent v / (1 + e^x) is computed as v·e^−x / (1 + e^−x): e^x
+// nears float's largest (it overflows at 88.72), where the quotient would be
+// −0 or, with the vector exp's clamp, too large, while its value is still a
+// normal float for |v| of a few units (about 1e-37 at x = 88).
+#define GLU_FAR 80.0f
+
+// v / (1 + e^x), the SiLU and GELU quotient of v with exponent x.
+static float glu_quotient(float v, float x) {
+    if (x <= GLU_FAR) return v / (1.0f + expf(x));
+    const float t = expf(-x);
+    return v * t / (1.0f + t);
+}
+
 static void glu_plain(enum glu_act act, const float *g, const float *u, float *out, int64_t n) {
-    if (act == GLU_SILU)
-        for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    else
-        for (int64_t i = 0; i < n; i++) {
-            const float v = g[i], a = GELU_K * (v + 0.044715f * v * v * v);
-            out[i] = v / (1.0f + expf(-2.0f * a)) * u[i];
-        }
+    for (int64_t i = 0; i < n; i++) {
+        const float v = g[i];
+        const float x = act == GLU_SILU ? -v : -2.0f * (GELU_K * (v + 0.044715f * v * v * v));
+        out[i] = glu_quotient(v, x) * u[i];
+    }
 }
 
 static void rms_norm_plain(const float *g, const float *x, float *out, int n, int dim, float eps) {
@@ -49,8 +60,10 @@ static void rms_norm_plain(const float *g, const float *x, float *out, int n, in
 
 #include "cpu/simd_exp.h"
 
-// exp16 clamps its argument, so for very negative v the GELU quotient is a
-// tiny normal float rather than −0: within float rounding of the same value.
+// exp16 clamps its argument at 88.7, so lanes past GLU_FAR take the quotient
+// as g·t / (1 + t), t = e^−arg as the square of exp16(−arg/2) (exact in
+// range down to e^−174; the values there are subnormal or 0, as the float
+// result of the exact quotient is).
 static void glu_512(enum glu_act act, const float *gp, const float *up, float *out, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
@@ -64,8 +77,14 @@ static void glu_512(enum glu_act act, const float *gp, const float *up, float *o
             arg = _mm512_mul_ps(_mm512_set1_ps(-2.0f * GELU_K),
                                 _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), g3, g));
         }
-        const __m512 e = exp16(arg);
-        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+        __m512 q = _mm512_div_ps(g, _mm512_add_ps(one, exp16(arg)));
+        const __mmask16 far = _mm512_mask_cmp_ps_mask(m, arg, _mm512_set1_ps(GLU_FAR), _CMP_GT_OQ);
+        if (far) {
+            const __m512 h = exp16(_mm512_mul_ps(arg, _mm512_set1_ps(-0.5f)));
+            const __m512 t = _mm512_mul_ps(h, h);
+            q = _mm512_mask_div_ps(q, far, _mm512_mul_ps(g, t), _mm512_add_ps(one, t));
+        }
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(q, u));
     }
 }
 
