@@ -106,24 +106,20 @@ static bool get(struct backend *be, float *host, const void *p, size_t n) {
     return get_bytes(be, host, p, n * sizeof(float));
 }
 
-// KV caches of either type (backend.h's kv_type): bytes of an element, the
-// floats x[0..n) as a new host cache of type t (halves rounded to nearest,
-// ties to even), and a cache's n elements widened to floats.
-static size_t kv_size(enum ggml_type t) { return t == GGML_TYPE_F16 ? 2 : 4; }
+// KV caches of either type (backend.h's kv_type), through the type's own row
+// conversions (quant.h): bytes of an element, the floats x[0..n) as a new host
+// cache of type t (halves rounded to nearest, ties to even), and a cache's n
+// elements widened to floats.
+static size_t kv_size(enum ggml_type t) { return quant_get(t)->type_size; }
 
 static void *kv_from_floats(enum ggml_type t, const float *x, size_t n) {
     void *c = st_xmalloc(n * kv_size(t));
-    for (size_t i = 0; i < n; i++)
-        if (t == GGML_TYPE_F16)
-            ((uint16_t *)c)[i] = st_f32_to_fp16(x[i]);
-        else
-            ((float *)c)[i] = x[i];
+    quant_get(t)->quantize_row(x, c, (int64_t)n);
     return c;
 }
 
 static void kv_to_floats(enum ggml_type t, const void *c, float *out, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        out[i] = t == GGML_TYPE_F16 ? st_fp16_to_f32(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+    quant_get(t)->dequantize_row(c, out, (int64_t)n);
 }
 
 // Sets both e's backend and the reference to KV type t (for a test of the

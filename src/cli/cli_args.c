@@ -116,8 +116,11 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
     } else if (IS("--cache-type", NULL) || IS("-ctk", "--cache-type-k") || IS("-ctv", "--cache-type-v")) {
         VALUE();
         enum ggml_type t, before;
-        if (backend_parse_kv_type(v, &t))
-            return st_fail("%s: unknown KV cache type '%s' (known: f16, f32)", a, v);
+        if (backend_parse_kv_type(v, &t)) {
+            char why[96];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            return st_fail("%s: %s", a, why);
+        }
         if (o->s.cache_type && !backend_parse_kv_type(o->s.cache_type, &before) && before != t)
             return st_fail("%s %s: the K and V caches are kept in one type, and %s was asked for already", a,
                            v, o->s.cache_type);

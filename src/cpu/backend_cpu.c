@@ -273,8 +273,7 @@ static float dot_f32(const float *a, const float *b, int n) {
 // c itself when it holds floats, else its halves widened into tmp.
 static const float *kv_row(const void *c, size_t off, int hd, bool f16, float *tmp) {
     if (!f16) return (const float *)c + off;
-    const uint16_t *h = (const uint16_t *)c + off;
-    for (int d = 0; d < hd; d++) tmp[d] = st_fp16_to_f32(h[d]);
+    quant_get(GGML_TYPE_F16)->dequantize_row((const uint16_t *)c + off, tmp, hd);
     return tmp;
 }
 
