@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cpu/gemm.h"
+#include "cpu/gemm_prefetch.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(                                                                                \
@@ -87,18 +88,6 @@ INLINE void dot_tile(const int T, const __m512i v[8], const int8_t *q, size_t st
             S[t] = _mm512_dpbusd_epi32(S[t], v[j], bcast_word(q + (size_t)t * stride + 4 * j));
 }
 
-// The weights stream from memory: each block asks for the bytes PF_AHEAD
-// further on (the rest of the group, then the next one), into L2, which keeps
-// loads in flight across the page boundaries where the hardware prefetcher
-// stops. 4 KiB into L2 measured best of 2, 4, 8, 12 and 16 KiB into L1 or L2
-// (one-token products of 2048 x 8192 weights, docs/PERF.md).
-#ifndef PF_AHEAD
-#define PF_AHEAD 4096
-#endif
-INLINE void prefetch_ahead(const void *p, int lines) {
-    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)p + PF_AHEAD + 64 * i, _MM_HINT_T1);
-}
-
 // Rows of group g that exist, as a store mask.
 INLINE __mmask16 row_mask(const struct gemm_weight *w, int64_t g) {
     const int64_t left = w->rows - g * GEMM_R;
@@ -115,6 +104,7 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb, *sa = a->s + (size_t)t0 * (size_t)nb;
     const bool biased = gt == GEMM_Q4_0 || gt == GEMM_Q8_0;
+    const size_t share = pf_share(w->group_bytes, nb);
     const int32_t *bias = biased ? a->bias + (size_t)t0 * (size_t)nb : NULL;
     __m512 acc[TILE];
 #pragma GCC unroll 8
@@ -124,7 +114,8 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
         __m512i v[8];
         __m512 dv, mv;
         if (gt == GEMM_Q4_0 || gt == GEMM_Q4_1) {
-            prefetch_ahead(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), 4);
+            prefetch_block(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs),
+                           sizeof(struct gemm_q4_qs));
             unpack_q4(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), v);
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
@@ -136,19 +127,19 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             }
         } else if (gt == GEMM_Q8_0) {
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
-            prefetch_ahead(qs, 8);
+            prefetch_block(qs, sizeof(struct gemm_q8_qs));
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_si512((const void *)(qs + 64 * j));
             dv = load_f16((const uint16_t *)gp + b * GEMM_R);
             mv = _mm512_setzero_ps();
         } else { // GEMM_Q4_K
+            prefetch_share(gp, share, b);
             const struct gemm_q4_K *s = (const struct gemm_q4_K *)gp + b / 8;
             const int j = (int)(b % 8);
             if (j == 0) {
                 d16 = load_f16(s->d);
                 dmin16 = load_f16(s->dmin);
             }
-            prefetch_ahead(&s->qs[j][0][0][0], 4 + (j == 0) * 5); // sub-block 0: the scales too
             unpack_q4(&s->qs[j][0][0][0], v);
             const __m512 sc =
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
@@ -186,6 +177,7 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
     const int8_t *qa = a->qs + (size_t)t0 * (size_t)a->cols;
     const float *da = a->d + (size_t)t0 * (size_t)nb;
     const int32_t *bias = a->bias + (size_t)t0 * (size_t)nb * 2;
+    const size_t share = pf_share(w->group_bytes, nb);
     __m512 acc[TILE];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
@@ -193,7 +185,7 @@ INLINE void tile_q6_K(const int T, const struct gemm_weight *w, const struct gem
         const struct gemm_q6_K *s = s0 + b / 8;
         const int bb = (int)(b % 8);
         __m512i v[8];
-        prefetch_ahead(&s->ql[bb][0][0][0], 6 + (bb == 0) * 5);
+        prefetch_share((const uint8_t *)s0, share, b);
         unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], v);
         const __m512 d = _mm512_loadu_ps(s->d);
         const __m512 ds0 = _mm512_mul_ps(

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/gemm.h"
+#include "cpu/gemm_prefetch.h"
 
 #define YTILE 4 // tokens per register tile
 #define INLINE static inline __attribute__((always_inline))
@@ -124,10 +125,17 @@ INLINE void y_tile_q(const enum gemm_type gt, const int T, const struct gemm_wei
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     __m256 d8 = _mm256_setzero_ps(), dmin8 = _mm256_setzero_ps();
+    const size_t share = pf_share(w->group_bytes, nb);
+    const int qbytes = gt == GEMM_Q8_0 ? (int)sizeof(struct gemm_q8_qs) : (int)sizeof(struct gemm_q4_qs);
     for (int64_t b = 0; b < nb; b++) {
         __m256i v[8];
         __m256 dv, mv;
         int wide = 8;
+        // the first half's pass asks for the weights ahead; the second finds the group in cache
+        if (h == 0 && gt == GEMM_Q4_K)
+            prefetch_share(gp, share, b);
+        else if (h == 0)
+            prefetch_block(gp + w->scale_bytes + (size_t)b * (size_t)qbytes, qbytes);
         if (gt == GEMM_Q4_0 || gt == GEMM_Q4_1) {
             y_unpack_q4(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), h, v);
             const uint16_t *sc = (const uint16_t *)gp;
@@ -210,10 +218,12 @@ INLINE void y_tile_q6_K(const int T, const struct gemm_weight *w, const struct g
     __m256 acc[YTILE];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    const size_t share = pf_share(w->group_bytes, nb);
     for (int64_t b = 0; b < nb; b++) {
         const struct gemm_q6_K *s = s0 + b / 8;
         const int bb = (int)(b % 8);
         __m256i v[8];
+        if (h == 0) prefetch_share((const uint8_t *)s0, share, b);
         y_unpack_q6(&s->ql[bb][0][0][0], &s->qh[bb][0][0][0], h, v);
         const __m256 d = _mm256_loadu_ps(s->d + 8 * h);
         const __m256 ds0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
