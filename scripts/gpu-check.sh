@@ -137,6 +137,7 @@ if [ -s "$MODEL" ]; then
     # the GPU held to the fast CPU path: greedy tokens against it, logits no
     # further from the float reference than its own
     parity model "$MODEL" 64 -a cpu -b cuda -r cpu-ref
+    parity model-f16 "$MODEL" 64 -a cpu -b cuda -r cpu-ref --cache-type f16
     row "speed model" info "$(grep -h 'tok/s' "$LOG/parity-model.log" | cut -d: -f1-2 | cut -c1-40 | tr '\n' ' ')"
 else
     row "parity model" skip "no $MODEL"

@@ -42,11 +42,11 @@ static __device__ __forceinline__ void attn_store_q8(const float *row, int hd, i
     }
 }
 
-template <int MAXD>
+template <int MAXD, typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const float *q, const float *kc, const float *vc, float *out, int8_t *oq, float2 *od,
-                float *part, const int32_t *pos, const int32_t *base, int n_head, int group, int hd,
-                int kv_dim, int chunk, int n_split, float scale, float softcap, int window) {
+    attn_kernel(const float *q, const KV *kc, const KV *vc, float *out, int8_t *oq, float2 *od, float *part,
+                const int32_t *pos, const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk,
+                int n_split, float scale, float softcap, int window) {
     st_launch_begin();
     constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
     constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
@@ -75,13 +75,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int jb = j0; jb < j1; jb += ATT_WARPS) {
         const int j = jb + warp;
         const bool live = j < j1;
-        const float *kr = kc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
-        const float *vr = vc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
+        const KV *kr = kc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
+        const KV *vr = vc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int d = lane + ST_WARP_SIZE * i;
-            if (live && d < hd) s += qv[i] * kr[d];
+            if (live && d < hd) s += qv[i] * kv_ld(kr + d);
         }
         s = st_warp_sum_f32(s, ST_WARP_SIZE);
         if (!live) continue;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             const int d = lane + ST_WARP_SIZE * i;
-            o[i] = o[i] * corr + (d < hd ? p * vr[d] : 0.0f);
+            o[i] = o[i] * corr + (d < hd ? p * kv_ld(vr + d) : 0.0f);
         }
         m = mn;
     }
@@ -138,9 +138,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // of the run (q and out rows i: (n_head, hd)) is at position p0 + i. Block
 // (kvh, b) takes rows b·qr .. of the run and the group's heads kvh·group ..
 // hd % 4 == 0 (16-byte rows in shared memory).
-template <int MAXD, int KT>
+template <int MAXD, int KT, typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_tile_kernel(const float *q, const float *kc, const float *vc, float *out, int base, int p0, int nr,
+    attn_tile_kernel(const float *q, const KV *kc, const KV *vc, float *out, int base, int p0, int nr,
                      int n_head, int group, int hd, int kv_dim, int qr, float scale, float softcap,
                      int window) {
     st_wait_prior(); // as mmq_kernel: the kernel after starts when this one ends
@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 const int jj = idx / (MAXD / 4), d = 4 * (idx % (MAXD / 4)), j = j0 + jj;
                 float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
                 if (j <= plast && d < hd) {
-                    kv = *(const float4 *)(kc + (int64_t)j * kv_dim + d);
-                    vv = *(const float4 *)(vc + (int64_t)j * kv_dim + d);
+                    kv = kv_ld4(kc + (int64_t)j * kv_dim + d);
+                    vv = kv_ld4(vc + (int64_t)j * kv_dim + d);
                 }
                 *(float4 *)&ks[jj][d] = kv;
                 *(float4 *)&vs[jj][d] = vv;
@@ -283,34 +283,40 @@ size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split) {
     return n_split > 1 ? (size_t)n * n_head * n_split * (head_dim + 2) : 0;
 }
 
+template <typename KV>
 __global__ void __launch_bounds__(GPU_BLOCK)
-    kv_store_kernel(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
-                    const int32_t *base, int kv_dim, int64_t total) {
+    kv_store_kernel(KV *kc, KV *vc, const float *k, const float *v, const int32_t *pos, const int32_t *base,
+                    int kv_dim, int64_t total) {
     st_launch_begin();
     const int64_t gid = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x;
     if (gid >= total) return;
     const int t = (int)(gid / kv_dim), d = (int)(gid % kv_dim);
     const int64_t dst = ((int64_t)base[t] + pos[t]) * kv_dim + d;
-    kc[dst] = k[gid];
-    vc[dst] = v[gid];
+    kv_st(kc + dst, k[gid]);
+    kv_st(vc + dst, v[gid]);
 }
 
-void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
+void gpu_kv_store(void *kc, void *vc, bool f16, const float *k, const float *v, const int32_t *pos,
                   const int32_t *base, int n, int kv_dim, gpuStream_t s) {
     const int64_t total = (int64_t)n * kv_dim;
     if (total == 0) return;
-    ST_LAUNCH(kv_store_kernel, (unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s, kc, vc, k, v, pos, base,
-              kv_dim, total);
+    const unsigned blocks = (unsigned)gpu_cdiv(total, GPU_BLOCK);
+    if (f16)
+        ST_LAUNCH(kv_store_kernel<uint16_t>, blocks, GPU_BLOCK, 0, s, (uint16_t *)kc, (uint16_t *)vc, k, v,
+                  pos, base, kv_dim, total);
+    else
+        ST_LAUNCH(kv_store_kernel<float>, blocks, GPU_BLOCK, 0, s, (float *)kc, (float *)vc, k, v, pos, base,
+                  kv_dim, total);
     GPU_CHECK_LAUNCH();
 }
 
-template <int MAXD>
-static void attn_launch(const float *q, const float *k, const float *v, float *out, int8_t *oq, float2 *od,
+template <int MAXD, typename KV>
+static void attn_launch(const float *q, const KV *k, const KV *v, float *out, int8_t *oq, float2 *od,
                         float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
                         int n_head_kv, int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
     const int chunk = (int)gpu_cdiv(n_kv, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
-    ST_LAUNCH((attn_kernel<MAXD>), grid, ATT_THREADS, 0, s, q, k, v, out, oq, od, part, pos, base, n_head,
+    ST_LAUNCH((attn_kernel<MAXD, KV>), grid, ATT_THREADS, 0, s, q, k, v, out, oq, od, part, pos, base, n_head,
               n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
@@ -320,51 +326,75 @@ static void attn_launch(const float *q, const float *k, const float *v, float *o
     }
 }
 
-template <int MAXD, int KT>
-static void attn_tile_launch(const float *q, const float *k, const float *v, float *out, int base, int p0,
-                             int nr, int n_head, int n_head_kv, int hd, const struct attn_params &ap,
-                             gpuStream_t s) {
+template <int MAXD, int KT, typename KV>
+static void attn_tile_launch(const float *q, const KV *k, const KV *v, float *out, int base, int p0, int nr,
+                             int n_head, int n_head_kv, int hd, const struct attn_params &ap, gpuStream_t s) {
     const int group = n_head / n_head_kv;
     const int qr = group >= ATT_TILE_QUERIES ? 1 : ATT_TILE_QUERIES / group; // rows a block
     const dim3 grid((unsigned)n_head_kv, (unsigned)gpu_cdiv(nr, qr));
-    ST_LAUNCH((attn_tile_kernel<MAXD, KT>), grid, ATT_THREADS, 0, s, q, k, v, out, base, p0, nr, n_head,
+    ST_LAUNCH((attn_tile_kernel<MAXD, KT, KV>), grid, ATT_THREADS, 0, s, q, k, v, out, base, p0, nr, n_head,
               group, hd, n_head_kv * hd, qr, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
 }
 
-int gpu_attention_run(const float *q, const float *k, const float *v, float *out, int base, int p0, int nr,
-                      int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, gpuStream_t s) {
+template <typename KV>
+static void attn_tile_dispatch(const float *q, const KV *k, const KV *v, float *out, int base, int p0, int nr,
+                               int n_head, int n_head_kv, int hd, const struct attn_params &ap,
+                               gpuStream_t s) {
+    if (hd <= 32)
+        attn_tile_launch<32, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+    else if (hd <= 64)
+        attn_tile_launch<64, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+    else if (hd <= 128)
+        attn_tile_launch<128, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+    else
+        attn_tile_launch<256, 8>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+}
+
+int gpu_attention_run(const float *q, const void *k, const void *v, bool f16, float *out, int base, int p0,
+                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap,
+                      gpuStream_t s) {
     if (head_dim < 4 || head_dim > GPU_ATTN_MAX_HEAD_DIM || head_dim % 4 || n_head_kv < 1 ||
         n_head % n_head_kv != 0 || nr < 1 || base < 0 || p0 < 0)
         return -1;
-    if (head_dim <= 32)
-        attn_tile_launch<32, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
-    else if (head_dim <= 64)
-        attn_tile_launch<64, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
-    else if (head_dim <= 128)
-        attn_tile_launch<128, 32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+    if (f16)
+        attn_tile_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, base, p0, nr, n_head, n_head_kv,
+                           head_dim, ap, s);
     else
-        attn_tile_launch<256, 8>(q, k, v, out, base, p0, nr, n_head, n_head_kv, head_dim, ap, s);
+        attn_tile_dispatch(q, (const float *)k, (const float *)v, out, base, p0, nr, n_head, n_head_kv,
+                           head_dim, ap, s);
     return 0;
 }
 
-int gpu_attention(const float *q, const float *k, const float *v, float *out, int8_t *oq, float2 *od,
+template <typename KV>
+static void attn_dispatch(const float *q, const KV *k, const KV *v, float *out, int8_t *oq, float2 *od,
+                          float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
+                          int n_head_kv, int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
+    if (hd <= 32)
+        attn_launch<32>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
+                        s);
+    else if (hd <= 64)
+        attn_launch<64>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
+                        s);
+    else if (hd <= 128)
+        attn_launch<128>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
+                         s);
+    else
+        attn_launch<256>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
+                         s);
+}
+
+int gpu_attention(const float *q, const void *k, const void *v, bool f16, float *out, int8_t *oq, float2 *od,
                   float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
                   int n_head_kv, int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s) {
     if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv != 0 ||
         n_split < 1 || (oq && head_dim % GPU_Q8_BLOCK))
         return -1;
-    if (head_dim <= 32)
-        attn_launch<32>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
-                        ap, s);
-    else if (head_dim <= 64)
-        attn_launch<64>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
-                        ap, s);
-    else if (head_dim <= 128)
-        attn_launch<128>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
-                         ap, s);
+    if (f16)
+        attn_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, oq, od, part, pos, base, n, n_kv,
+                      n_head, n_head_kv, head_dim, n_split, ap, s);
     else
-        attn_launch<256>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, head_dim, n_split,
-                         ap, s);
+        attn_dispatch(q, (const float *)k, (const float *)v, out, oq, od, part, pos, base, n, n_kv, n_head,
+                      n_head_kv, head_dim, n_split, ap, s);
     return 0;
 }

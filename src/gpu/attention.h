@@ -15,9 +15,12 @@ int gpu_attention_splits(int n, int n_kv, int n_head, int n_sm);
 // Scratch floats gpu_attention needs with n_split splits (0 when 1).
 size_t gpu_attention_scratch(int n, int n_head, int head_dim, int n_split);
 
+// Every cache below holds floats, or with f16 halves (IEEE binary16 bits,
+// rounded to nearest with ties to even as they are stored).
+
 // Stores k, v (n, kv_dim) into the caches kc, vc: row t at cache row base[t] +
 // pos[t] (device arrays of n). Enqueued on s.
-void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const int32_t *pos,
+void gpu_kv_store(void *kc, void *vc, bool f16, const float *k, const float *v, const int32_t *pos,
                   const int32_t *base, int n, int kv_dim, gpuStream_t s);
 
 // out (n, n_head, head_dim): row t (position p = pos[t]) attends to positions
@@ -30,7 +33,7 @@ void gpu_kv_store(float *kc, float *vc, const float *k, const float *v, const in
 // function would; head_dim must then be a multiple of 32. Returns 0 once
 // enqueued, -1 for a head_dim over the limit (or not a multiple of 32 with
 // oq) or heads that do not group (n_head % n_head_kv).
-int gpu_attention(const float *q, const float *k, const float *v, float *out, int8_t *oq, float2 *od,
+int gpu_attention(const float *q, const void *k, const void *v, bool f16, float *out, int8_t *oq, float2 *od,
                   float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
                   int n_head_kv, int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s);
 
@@ -44,7 +47,8 @@ int gpu_attention(const float *q, const float *k, const float *v, float *out, in
 // gives for those rows, with each key and value row read once for many
 // queries. Returns 0 once enqueued, -1 for a head_dim over the limit or not a
 // multiple of 4, or heads that do not group.
-int gpu_attention_run(const float *q, const float *k, const float *v, float *out, int base, int p0, int nr,
-                      int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, gpuStream_t s);
+int gpu_attention_run(const float *q, const void *k, const void *v, bool f16, float *out, int base, int p0,
+                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap,
+                      gpuStream_t s);
 
 #endif

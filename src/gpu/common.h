@@ -110,6 +110,41 @@ static __device__ __forceinline__ float gpu_h2f(uint32_t h) {
 
 static __device__ __forceinline__ float gpu_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 
+// float to IEEE binary16 bits, to nearest with ties to even (overflow to inf,
+// subnormals kept, nan stays nan): the bits st_f32_to_fp16 gives on the host.
+static __device__ __forceinline__ uint32_t gpu_f2h(float f) {
+    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u; // rounds to 65520 or more
+    uint32_t h, rest, tie;
+    if (ax < 0x38800000u) { // a subnormal half or zero: units of 2^-24
+        const uint32_t e = ax >> 23;
+        if (e < 102) return sign;                                      // below 2^-25
+        const uint32_t m = (ax & 0x7fffffu) | 0x800000u, sh = 126 - e; // |f| = m·2^(e-150), sh 14..24
+        h = m >> sh, rest = m & ((1u << sh) - 1), tie = 1u << (sh - 1);
+    } else {
+        h = (((ax >> 23) - 112) << 10) | ((ax >> 13) & 0x3ffu), rest = ax & 0x1fffu, tie = 0x1000u;
+    }
+    if (rest > tie || (rest == tie && (h & 1u))) h++; // a carry into the exponent is right
+    return sign | h;
+}
+
+// --- the KV cache's elements ----------------------------------------------------------
+// A cache holds floats, or halves as their bits (uint16_t): kernels that read or
+// write it take the element type as a template argument and go through these.
+
+static __device__ __forceinline__ float kv_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float kv_ld(const uint16_t *p) { return gpu_h2f(*p); }
+// four elements from p, 4-element aligned
+static __device__ __forceinline__ float4 kv_ld4(const float *p) { return *(const float4 *)p; }
+static __device__ __forceinline__ float4 kv_ld4(const uint16_t *p) {
+    const uint2 u = *(const uint2 *)p;
+    return make_float4(gpu_h2f(u.x & 0xffffu), gpu_h2f(u.x >> 16), gpu_h2f(u.y & 0xffffu),
+                       gpu_h2f(u.y >> 16));
+}
+static __device__ __forceinline__ void kv_st(float *p, float x) { *p = x; }
+static __device__ __forceinline__ void kv_st(uint16_t *p, float x) { *p = (uint16_t)gpu_f2h(x); }
+
 // --- loads ---------------------------------------------------------------------------
 // p must be aligned to the width named; weights and activations are laid out so
 // that it is (see gpu_mat).

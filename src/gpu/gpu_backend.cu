@@ -631,8 +631,8 @@ static void gb_rope_store(struct backend *be, float *q, float *k, const float *v
     g->q8_valid = false;
     const float2 *cs = rope_dims_table(g, rp, head_dim, r->n_kv);
     if (cs)
-        gpu_rope_store(q, k, v, (float *)k_cache, (float *)v_cache, cs, r->pos, r->base, r->n, n_head,
-                       n_head_kv, head_dim, rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
+        gpu_rope_store(q, k, v, k_cache, v_cache, be->kv_type == GGML_TYPE_F16, cs, r->pos, r->base, r->n,
+                       n_head, n_head_kv, head_dim, rp->n_dims, rp->kind == ROPE_KIND_NEOX, g->stream);
     take_error(g);
 }
 
@@ -640,14 +640,15 @@ static void gb_kv_store(struct backend *be, void *k_cache, void *v_cache, const 
                         const struct batch_rows *r, int kv_dim) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    gpu_kv_store((float *)k_cache, (float *)v_cache, k, v, r->pos, r->base, r->n, kv_dim, g->stream);
+    gpu_kv_store(k_cache, v_cache, be->kv_type == GGML_TYPE_F16, k, v, r->pos, r->base, r->n, kv_dim,
+                 g->stream);
     take_error(g);
 }
 
 // Attention of rows t0 .. t0+n-1 on the row kernel, out's 8-bit form written
 // into oq (when oq.qs is not NULL) at the same rows. 0, -1 for arguments the
 // kernel refuses, 1 when its scratch could not grow (the error recorded).
-static int attention_rows(struct gpu_be *g, const float *q, const float *k_cache, const float *v_cache,
+static int attention_rows(struct gpu_be *g, const float *q, const void *k_cache, const void *v_cache,
                           float *out, const gpu_q8 &oq, const struct batch_rows *r, int t0, int n, int n_head,
                           int n_head_kv, int head_dim, const struct attn_params *ap) {
     const int splits = gpu_attention_splits(n, r->n_kv, n_head, g->n_sm);
@@ -656,19 +657,19 @@ static int attention_rows(struct gpu_be *g, const float *q, const float *k_cache
     const int64_t row = (int64_t)n_head * head_dim;
     int8_t *qs = oq.qs ? (int8_t *)oq.qs + t0 * row : NULL;
     float2 *ds = oq.qs ? (float2 *)oq.ds + t0 * (row / 32) : NULL;
-    return gpu_attention(q + t0 * row, k_cache, v_cache, out + t0 * row, qs, ds, g->att_part, r->pos + t0,
-                         r->base + t0, n, r->n_kv, n_head, n_head_kv, head_dim, splits, *ap, g->stream);
+    return gpu_attention(q + t0 * row, k_cache, v_cache, g->be.kv_type == GGML_TYPE_F16, out + t0 * row, qs,
+                         ds, g->att_part, r->pos + t0, r->base + t0, n, r->n_kv, n_head, n_head_kv, head_dim,
+                         splits, *ap, g->stream);
 }
 
 // Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
 // kernel, the rows between them (decode tokens) the row kernel, in one launch
 // for each stretch: a decode batch is one launch. When the row kernel takes
 // the whole batch, it also writes out's 8-bit form for the output product.
-static void gb_attention(struct backend *be, const float *q, const void *kc, const void *vc, float *out,
-                         const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
+static void gb_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
+                         float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
-    const float *k_cache = (const float *)kc, *v_cache = (const float *)vc; // kv_types: F32 only
     g->q8_valid = false;
     const bool tiles = head_dim % 4 == 0;
     const int64_t row = (int64_t)n_head * head_dim;
@@ -684,8 +685,9 @@ static void gb_attention(struct backend *be, const float *q, const void *kc, con
     for (int t = 0; t < r->n && !rc;) {
         int len = batch_run_length(r, t);
         if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) {
-            rc = gpu_attention_run(q + t * row, k_cache, v_cache, out + t * row, r->host_base[t],
-                                   r->host_pos[t], len, n_head, n_head_kv, head_dim, *ap, g->stream);
+            rc = gpu_attention_run(q + t * row, k_cache, v_cache, be->kv_type == GGML_TYPE_F16, out + t * row,
+                                   r->host_base[t], r->host_pos[t], len, n_head, n_head_kv, head_dim, *ap,
+                                   g->stream);
             t += len;
             continue;
         }
@@ -929,7 +931,7 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     be->caps = BACKEND_CAP_GPU;
     be->impl = g;
     be->kv_type = GGML_TYPE_F32;
-    be->kv_types = 1u << GGML_TYPE_F32;
+    be->kv_types = 1u << GGML_TYPE_F32 | 1u << GGML_TYPE_F16;
     be->check_memory = gb_check_memory;
     be->release_weight = gb_release_weight;
     be->free = gb_free;

@@ -56,8 +56,9 @@ void gpu_rope(float *x, const float2 *cs, const int32_t *pos, int n, int n_head,
 
 // Threads 0 .. nq-1 rotate q's pairs; the next n·kv_dim threads each store one
 // element of k (rotated) and of v.
+template <typename KV>
 __global__ void __launch_bounds__(GPU_BLOCK)
-    rope_store_kernel(float *q, const float *k, const float *v, float *kc, float *vc, const float2 *cs,
+    rope_store_kernel(float *q, const float *k, const float *v, KV *kc, KV *vc, const float2 *cs,
                       const int32_t *pos, const int32_t *base, int n_head, int kv_dim, int head_dim, int half,
                       int neox, int64_t nq, int64_t total) {
     st_launch_begin();
@@ -80,17 +81,22 @@ __global__ void __launch_bounds__(GPU_BLOCK)
         kv = first ? x0 * r.x - x1 * r.y : x0 * r.y + x1 * r.x;
     }
     const int64_t dst = ((int64_t)base[t] + pos[t]) * kv_dim + d;
-    kc[dst] = kv;
-    vc[dst] = v[e];
+    kv_st(kc + dst, kv);
+    kv_st(vc + dst, v[e]);
 }
 
-void gpu_rope_store(float *q, const float *k, const float *v, float *kc, float *vc, const float2 *cs,
+void gpu_rope_store(float *q, const float *k, const float *v, void *kc, void *vc, bool f16, const float2 *cs,
                     const int32_t *pos, const int32_t *base, int n, int n_head, int n_head_kv, int head_dim,
                     int n_dims, int neox, gpuStream_t s) {
     const int half = n_dims / 2, kv_dim = n_head_kv * head_dim;
     const int64_t nq = (int64_t)n * n_head * half, total = nq + (int64_t)n * kv_dim;
     if (total == 0) return;
-    ST_LAUNCH(rope_store_kernel, (unsigned)gpu_cdiv(total, GPU_BLOCK), GPU_BLOCK, 0, s, q, k, v, kc, vc, cs,
-              pos, base, n_head, kv_dim, head_dim, half, neox, nq, total);
+    const unsigned blocks = (unsigned)gpu_cdiv(total, GPU_BLOCK);
+    if (f16)
+        ST_LAUNCH(rope_store_kernel<uint16_t>, blocks, GPU_BLOCK, 0, s, q, k, v, (uint16_t *)kc,
+                  (uint16_t *)vc, cs, pos, base, n_head, kv_dim, head_dim, half, neox, nq, total);
+    else
+        ST_LAUNCH(rope_store_kernel<float>, blocks, GPU_BLOCK, 0, s, q, k, v, (float *)kc, (float *)vc, cs,
+                  pos, base, n_head, kv_dim, head_dim, half, neox, nq, total);
     GPU_CHECK_LAUNCH();
 }

@@ -17,8 +17,9 @@ void gpu_rope(float *x, const float2 *cs, const int32_t *pos, int n, int n_head,
 
 // gpu_rope of q (n, n_head, head_dim) and of k (n, n_head_kv, head_dim), then
 // the cache store of k and v (gpu_kv_store), in one launch; k itself is left
-// as it was (its rotated form goes only to kc). Enqueued on s.
-void gpu_rope_store(float *q, const float *k, const float *v, float *kc, float *vc, const float2 *cs,
+// as it was (its rotated form goes only to kc). The caches hold halves with f16
+// (gpu_kv_store). Enqueued on s.
+void gpu_rope_store(float *q, const float *k, const float *v, void *kc, void *vc, bool f16, const float2 *cs,
                     const int32_t *pos, const int32_t *base, int n, int n_head, int n_head_kv, int head_dim,
                     int n_dims, int neox, gpuStream_t s);
 
