@@ -9,7 +9,17 @@
 #include "elementwise.h"
 #include "quantize.h"
 
-static __device__ __forceinline__ float act_silu(float v) { return v / (1.0f + expf(-v)); }
+// v / (1 + e^x), the SiLU and GELU quotient of v with exponent x. Past x = 80
+// e^x nears float's largest (expf overflows at 88.72 and the quotient would be
+// −0) while the result is still a normal float for |v| of a few units (about
+// 1e-37 at x = 88): there it is v·e^−x / (1 + e^−x), as on the CPU.
+static __device__ __forceinline__ float glu_quotient(float v, float x) {
+    if (x <= 80.0f) return v / (1.0f + expf(x));
+    const float t = expf(-x);
+    return v * t / (1.0f + t);
+}
+
+static __device__ __forceinline__ float act_silu(float v) { return glu_quotient(v, -v); }
 
 // The tanh approximation of GELU, 0.5·v·(1 + tanh u), written as v / (1 + e^(-2u)),
 // the same function: 1 + tanh u cancels for negative v, so the tanh form's
@@ -17,7 +27,7 @@ static __device__ __forceinline__ float act_silu(float v) { return v / (1.0f + e
 // (OpenCL allows 5; PoCL's CPU device through chipStar) put results near zero
 // outside the op harness's bound.
 static __device__ __forceinline__ float act_gelu(float v) {
-    return v / (1.0f + expf(-1.5957691216f * (v + 0.044715f * v * v * v)));
+    return glu_quotient(v, -1.5957691216f * (v + 0.044715f * v * v * v));
 }
 
 static __device__ __forceinline__ float act_of(int act, float v) {
