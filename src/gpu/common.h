@@ -97,37 +97,16 @@ struct gpu_q8 {
 static inline int64_t gpu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // --- conversions ------------------------------------------------------------------
-// Written with bit operations so every target computes them the same way.
 
-// IEEE binary16 bits to float (exact; subnormals, inf and nan included).
-static __device__ __forceinline__ float gpu_h2f(uint32_t h) {
-    const uint32_t a = h & 0x7fffu;
-    float f = __uint_as_float((a << 13) + 0x38000000u);             // normal: rebias by 112
-    if (a < 0x0400u) f = (float)a * 5.9604644775390625e-08f;        // zero, subnormal: a·2^-24
-    if (a >= 0x7c00u) f = __uint_as_float((a << 13) | 0x7f800000u); // inf, nan
-    return (h & 0x8000u) ? -f : f;
-}
+// IEEE binary16 bits to float, exact (st_h2f: the target's instruction, or the
+// bit operations of portable.h).
+static __device__ __forceinline__ float gpu_h2f(uint32_t h) { return st_h2f(h); }
 
 static __device__ __forceinline__ float gpu_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 
-// float to IEEE binary16 bits, to nearest with ties to even (overflow to inf,
-// subnormals kept, nan stays nan): the bits st_f32_to_fp16 gives on the host.
-static __device__ __forceinline__ uint32_t gpu_f2h(float f) {
-    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u);
-    if (ax >= 0x477ff000u) return sign | 0x7c00u; // rounds to 65520 or more
-    uint32_t h, rest, tie;
-    if (ax < 0x38800000u) { // a subnormal half or zero: units of 2^-24
-        const uint32_t e = ax >> 23;
-        if (e < 102) return sign;                                      // below 2^-25
-        const uint32_t m = (ax & 0x7fffffu) | 0x800000u, sh = 126 - e; // |f| = m·2^(e-150), sh 14..24
-        h = m >> sh, rest = m & ((1u << sh) - 1), tie = 1u << (sh - 1);
-    } else {
-        h = (((ax >> 23) - 112) << 10) | ((ax >> 13) & 0x3ffu), rest = ax & 0x1fffu, tie = 0x1000u;
-    }
-    if (rest > tie || (rest == tie && (h & 1u))) h++; // a carry into the exponent is right
-    return sign | h;
-}
+// float to IEEE binary16 bits, to nearest with ties to even: the bits
+// st_f32_to_fp16 gives on the host (st_f2h).
+static __device__ __forceinline__ uint32_t gpu_f2h(float f) { return st_f2h(f); }
 
 // --- the KV cache's elements ----------------------------------------------------------
 // A cache holds floats, or halves as their bits (uint16_t): kernels that read or

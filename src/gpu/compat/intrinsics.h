@@ -11,6 +11,8 @@
 //                                       v_dot4_i32_iu8 (gfx11, gfx12)
 //   st_byte_perm   __byte_perm          v_perm_b32, selector translated portable byte-table
 //   st_lut16x8     six __byte_perm      six v_perm_b32                  multiplexer tree
+//   st_h2f         cvt.f32.f16          _Float16 conversion             portable (bit operations)
+//   st_f2h         cvt.rn.f16.f32       _Float16 conversion (to nearest) portable (bit operations)
 //   st_vsub4       __vsub4              portable (SWAR)                 portable (SWAR)
 //   st_vsubss4     __vsubss4            portable                        portable
 //   st_spin_pause  __nanosleep (sm_70+) s_sleep 1                       system-scope fence
@@ -100,6 +102,36 @@ static __device__ __forceinline__ void st_lut16x8(uint32_t q, uint32_t t0, uint3
     ST_LUT16X8_BY_PERM(st_byte_perm, q, t0, t1, t2, t3, lo, hi);
 #else
     st_lut16x8_portable(q, t0, t1, t2, t3, &lo, &hi);
+#endif
+}
+
+// --- half precision -------------------------------------------------------------------
+// Both conversions are exact or correctly rounded to nearest-even in hardware,
+// so the native forms give the portable ones' bits (a nan's payload aside).
+
+// IEEE binary16 bits (the low 16 of h) to float.
+static __device__ __forceinline__ float st_h2f(uint32_t h) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+#elif !defined(STRATA_PORTABLE_INTRINSICS) && defined(__AMDGCN__)
+    return (float)__builtin_bit_cast(_Float16, (unsigned short)h);
+#else
+    return st_h2f_portable(h);
+#endif
+}
+
+// float to IEEE binary16 bits, to nearest with ties to even.
+static __device__ __forceinline__ uint32_t st_f2h(float f) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__)
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#elif !defined(STRATA_PORTABLE_INTRINSICS) && defined(__AMDGCN__)
+    return __builtin_bit_cast(unsigned short, (_Float16)f);
+#else
+    return st_f2h_portable(f);
 #endif
 }
 

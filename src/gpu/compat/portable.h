@@ -6,11 +6,13 @@
 // STRATA_PORTABLE_INTRINSICS is defined) runs them too.
 //
 // Only integer arithmetic with defined behaviour in C: bytes are sign-extended
-// arithmetically, sums wrap through uint32_t, never through signed overflow.
+// arithmetically, sums wrap through uint32_t, never through signed overflow
+// (the half-precision conversions add one exact float multiply).
 #ifndef STRATA_GPU_COMPAT_PORTABLE_H
 #define STRATA_GPU_COMPAT_PORTABLE_H
 
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__CUDACC__) || defined(__HIP__)
 #define ST_HOST_DEVICE __host__ __device__
@@ -192,6 +194,49 @@ ST_PORTABLE unsigned st_vsubss4_portable(unsigned a, unsigned b) {
         r |= ((uint32_t)d & 0xffu) << (8 * i);
     }
     return r;
+}
+
+// --- half precision -------------------------------------------------------------------
+
+ST_PORTABLE float st_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+ST_PORTABLE uint32_t st_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+// IEEE binary16 bits (the low 16 of h) to float: exact, subnormals, inf and nan
+// included (st_h2f in intrinsics.h; one instruction where the target has it).
+ST_PORTABLE float st_h2f_portable(uint32_t h) {
+    const uint32_t a = h & 0x7fffu;
+    float f = st_u2f((a << 13) + 0x38000000u);               // normal: rebias by 112
+    if (a < 0x0400u) f = (float)a * 5.9604644775390625e-08f; // zero, subnormal: a·2^-24
+    if (a >= 0x7c00u) f = st_u2f((a << 13) | 0x7f800000u);   // inf, nan
+    return (h & 0x8000u) ? -f : f;
+}
+
+// float to IEEE binary16 bits, to nearest with ties to even (overflow to inf,
+// subnormals kept, nan stays nan with its top payload bits and the quiet bit
+// set): the bits st_f32_to_fp16 gives on the host (st_f2h in intrinsics.h).
+ST_PORTABLE uint32_t st_f2h_portable(float f) {
+    const uint32_t x = st_f2u(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u; // rounds to 65520 or more
+    uint32_t h, rest, tie;
+    if (ax < 0x38800000u) { // a subnormal half or zero: units of 2^-24
+        const uint32_t e = ax >> 23;
+        if (e < 102) return sign;                                      // below 2^-25
+        const uint32_t m = (ax & 0x7fffffu) | 0x800000u, sh = 126 - e; // |f| = m·2^(e-150), sh 14..24
+        h = m >> sh, rest = m & ((1u << sh) - 1), tie = 1u << (sh - 1);
+    } else {
+        h = (((ax >> 23) - 112) << 10) | ((ax >> 13) & 0x3ffu), rest = ax & 0x1fffu, tie = 0x1000u;
+    }
+    if (rest > tie || (rest == tie && (h & 1u))) h++; // a carry into the exponent is right
+    return sign | h;
 }
 
 #endif
