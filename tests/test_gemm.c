@@ -21,6 +21,12 @@
 // - the threaded driver (1, 2 and 3 threads, token blocks smaller than the batch)
 //   and the cache of repacked weights; and a batch gives the bits each of its
 //   tokens gives alone (whichever kernel set each size takes: AMX for 16 and up).
+//
+//   test_gemm                                the tests (make test runs this)
+//   test_gemm --perf TYPE:ROWSxCOLS[xN]      the benchmark: one thread's kernel
+//       of each SIMD set streaming copies of a repacked weight (1 GiB in all, in
+//       2 MiB pages as the backend keeps them) for N tokens (default 1), in GB/s
+//       of weights and as a fraction of one thread's read ceiling (membw.h)
 #include "test.h"
 
 #include <math.h>
@@ -32,6 +38,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/hugemem.h"
+#include "cpu/membw.h"
 #include "cpu/threadpool.h"
 #include "format/quant_impl.h"
 #include "model/model.h"
@@ -542,11 +549,88 @@ static void test_isa(void) {
     printf(" (used: %s)\n", gemm_isa_name(best));
 }
 
-int main(void) {
+// --- the benchmark --------------------------------------------------------------------
+
+static int perf(const char *spec) {
+    char name[16];
+    long long rows = 0, cols = 0;
+    int n = 1;
+    const int got = sscanf(spec, "%15[^:]:%lldx%lldx%d", name, &rows, &cols, &n);
+    enum ggml_type t = GGML_TYPE_COUNT;
+    for (int k = 0; k < GEMM_N_TYPES; k++)
+        if (!strcmp(name, quant_name(types[k]))) t = types[k];
+    if (got < 3 || t == GGML_TYPE_COUNT || rows < 1 || cols < 1 || n < 1 || n > 64) {
+        fprintf(stderr,
+                "--perf: want TYPE:ROWSxCOLS[xN] with a repacked type (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), "
+                "N at most 64; got '%s'\n",
+                spec);
+        return 2;
+    }
+    struct gemm_weight w0;
+    if (gemm_weight_init(&w0, t, rows, cols)) {
+        fprintf(stderr, "--perf: %s\n", st_last_error());
+        return 2;
+    }
+    size_t row_bytes;
+    uint8_t *src = random_weight(t, rows, cols, &row_bytes);
+    gemm_repack_rows(&w0, src, row_bytes, 0, rows);
+    free(src);
+    // copies enough to stream 1 GiB, each in the arena the backend keeps weights in
+    const size_t bytes = gemm_weight_bytes(&w0);
+    const int copies = (int)(((size_t)1 << 30) / bytes) + 1;
+    struct hugemem *h = hugemem_init();
+    struct gemm_weight *w = st_xcalloc((size_t)copies, sizeof *w);
+    for (int i = 0; i < copies; i++) {
+        w[i] = w0;
+        w[i].data = hugemem_alloc(h, bytes);
+        if (!w[i].data) {
+            fprintf(stderr, "--perf: %s\n", st_last_error());
+            return 2;
+        }
+        memcpy(w[i].data, w0.data, bytes);
+    }
+    float *x = st_xmalloc(sizeof(float) * (size_t)n * (size_t)cols);
+    random_acts(x, (size_t)n * (size_t)cols);
+    float *y = st_xmalloc(sizeof(float) * (size_t)n * (size_t)rows);
+    const double ceiling = cpu_read_bandwidth(1, (size_t)1 << 30, 5);
+    printf("%s %lld x %lld, %d token(s), %d copies of %.1f MB; one thread's read ceiling %.1f GB/s\n", name,
+           rows, cols, n, copies, (double)bytes / 1e6, ceiling / 1e9);
+    printf("| kernels | ms a pass | GB/s | of ceiling |\n|---|---|---|---|\n");
+    for (int isa = GEMM_ISA_AVX2; isa < GEMM_ISA_COUNT; isa++) {
+        if (!gemm_isa_available((enum gemm_isa)isa) || (isa == GEMM_ISA_AMX && n < 16)) continue; // AVX-512's
+        void *buf;
+        struct gemm_act a = quantize(x, n, cols, w0.gt, &buf);
+        const gemm_kernel_fn k = gemm_kernel((enum gemm_isa)isa, w0.gt, n);
+        double best = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            const double t0 = st_time_s();
+            for (int i = 0; i < copies; i++) k(&w[i], &a, 0, n, 0, w[i].n_groups, y, rows);
+            const double dt = st_time_s() - t0;
+            best = dt < best ? dt : best;
+        }
+        const double gbs = (double)bytes * copies / best;
+        printf("| %s | %.1f | %.2f | %.0f%% |\n", gemm_isa_name((enum gemm_isa)isa), best * 1e3, gbs / 1e9,
+               100.0 * gbs / ceiling);
+        free(buf);
+    }
+    free(x);
+    free(y);
+    free(w);
+    hugemem_free_all(h);
+    gemm_weight_free(&w0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     const char *seed_env = getenv("STRATA_SEED");
     const uint64_t seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10)
                                                 : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     rng_state = seed;
+    if (argc == 3 && !strcmp(argv[1], "--perf")) return perf(argv[2]);
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s [--perf TYPE:ROWSxCOLS[xN]]\n", argv[0]);
+        return 2;
+    }
     printf("seed %llu (STRATA_SEED=%llu repeats this run)\n", (unsigned long long)seed,
            (unsigned long long)seed);
     RUN(test_isa);
