@@ -99,8 +99,15 @@ static inline int64_t gpu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // --- conversions ------------------------------------------------------------------
 
 // IEEE binary16 bits to float, exact (st_h2f: the target's instruction, or the
-// bit operations of portable.h).
+// bit operations of portable.h): for arrays of halves (the K/V cache, F16
+// weights), where it measured the faster.
 static __device__ __forceinline__ float gpu_h2f(uint32_t h) { return st_h2f(h); }
+
+// The same for the quantized types' fp16 scales (quants.h), always in bit
+// operations: next to the unpacking's integer work they leave the conversion
+// unit free, and on an H100 the instruction made Q4_0's matrix × vector 6.5%
+// slower and Q4_K's 2% (IQ4_NL's 6% faster, Q6_K's 2%: docs/PERF.md).
+static __device__ __forceinline__ float gpu_scale_h2f(uint32_t h) { return st_h2f_portable(h); }
 
 static __device__ __forceinline__ float gpu_bf2f(uint32_t h) { return __uint_as_float(h << 16); }
 

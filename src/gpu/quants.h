@@ -112,7 +112,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_0> {
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
-        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
+        const float d = gpu_scale_h2f(gpu_ld_u16(w.rest + blk * REST));
         const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -140,8 +140,8 @@ template <> struct gpu_qt<GGML_TYPE_Q4_1> {
             c.q[0][i] = (int)(u[i] & 0x0F0F0F0Fu);
             c.q[1][i] = (int)((u[i] >> 4) & 0x0F0F0F0Fu);
         }
-        c.d[0] = c.d[1] = gpu_h2f(dm & 0xFFFFu);
-        c.m[0] = c.m[1] = gpu_h2f(dm >> 16);
+        c.d[0] = c.d[1] = gpu_scale_h2f(dm & 0xFFFFu);
+        c.m[0] = c.m[1] = gpu_scale_h2f(dm >> 16);
         c.e[0] = e0;
         c.e[1] = e0 + 16;
     }
@@ -155,7 +155,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_0> {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
         const uint8_t *r = w.rest + blk * REST;
-        const float d = gpu_h2f(gpu_ld_u16(r));
+        const float d = gpu_scale_h2f(gpu_ld_u16(r));
         const uint32_t qh = gpu_ld_u32_a2(r + 2);
         const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
 #pragma unroll
@@ -185,8 +185,8 @@ template <> struct gpu_qt<GGML_TYPE_Q5_1> {
             c.q[0][i] = (int)((u[i] & 0x0F0F0F0Fu) | gpu_spread4(qh >> (4 * i)));
             c.q[1][i] = (int)(((u[i] >> 4) & 0x0F0F0F0Fu) | gpu_spread4(qh >> (16 + 4 * i)));
         }
-        c.d[0] = c.d[1] = gpu_h2f(r.x & 0xFFFFu);
-        c.m[0] = c.m[1] = gpu_h2f(r.x >> 16);
+        c.d[0] = c.d[1] = gpu_scale_h2f(r.x & 0xFFFFu);
+        c.m[0] = c.m[1] = gpu_scale_h2f(r.x >> 16);
         c.e[0] = e0;
         c.e[1] = e0 + 16;
     }
@@ -200,7 +200,7 @@ template <> struct gpu_qt<GGML_TYPE_Q8_0> {
         (void)ci;
         const int4 v0 = gpu_ld16(w.bulk + blk * BULK);
         const int4 v1 = gpu_ld16(w.bulk + blk * BULK + 16);
-        const float d = gpu_h2f(gpu_ld_u16(w.rest + blk * REST));
+        const float d = gpu_scale_h2f(gpu_ld_u16(w.rest + blk * REST));
         c.q[0][0] = v0.x, c.q[0][1] = v0.y, c.q[0][2] = v0.z, c.q[0][3] = v0.w;
         c.q[1][0] = v1.x, c.q[1][1] = v1.y, c.q[1][2] = v1.z, c.q[1][3] = v1.w;
         c.d[0] = c.d[1] = d;
@@ -222,13 +222,13 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
     GPU_QT_LOAD {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
-        gpu_iq4_chunk(v, gpu_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, false, c);
+        gpu_iq4_chunk(v, gpu_scale_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, false, c);
     }
     static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
                                                     gpu_chunk<R> &c) {
         (void)ci;
         const int4 v = gpu_ld16(w.bulk + blk * BULK);
-        gpu_iq4_chunk(v, gpu_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, true, c);
+        gpu_iq4_chunk(v, gpu_scale_h2f(gpu_ld_u16(w.rest + blk * REST)), e0, true, c);
     }
 };
 
@@ -244,7 +244,7 @@ template <> struct gpu_qt<GGML_TYPE_Q2_K> {
         const uint8_t *r = w.rest + blk * REST; // scales[16], d, dmin
         const uint32_t s0 = gpu_ld_u32(r + 8 * n), s1 = gpu_ld_u32(r + 8 * n + 4);
         const uint32_t dd = gpu_ld_u32(r + 16);
-        const float d = gpu_h2f(dd & 0xFFFFu), dmin = gpu_h2f(dd >> 16);
+        const float d = gpu_scale_h2f(dd & 0xFFFFu), dmin = gpu_scale_h2f(dd >> 16);
         const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -277,7 +277,7 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
         const int4 v = gpu_ld16(b + 32 + 32 * n + 16 * h);
         const uint8_t *r = w.rest + blk * REST; // scales[12], d (2-byte aligned)
         const uint32_t w0 = gpu_ld_u32_a2(r), w1 = gpu_ld_u32_a2(r + 4), w2 = gpu_ld_u32_a2(r + 8);
-        const float d = gpu_h2f(gpu_ld_u16(r + 12));
+        const float d = gpu_scale_h2f(gpu_ld_u16(r + 12));
         const uint32_t u[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
         const uint32_t hm[4] = {(uint32_t)hv.x, (uint32_t)hv.y, (uint32_t)hv.z, (uint32_t)hv.w};
 #pragma unroll
@@ -309,7 +309,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_K> {
         const uint8_t *b = w.bulk + blk * BULK + 32 * j;
         const int4 v0 = gpu_ld16(b), v1 = gpu_ld16(b + 16);
         const int4 r = gpu_ld16(w.rest + blk * REST); // d, dmin, scales[12]
-        const float d = gpu_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_h2f((uint32_t)r.x >> 16);
+        const float d = gpu_scale_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_scale_h2f((uint32_t)r.x >> 16);
         const uint32_t u0[4] = {(uint32_t)v0.x, (uint32_t)v0.y, (uint32_t)v0.z, (uint32_t)v0.w};
         const uint32_t u1[4] = {(uint32_t)v1.x, (uint32_t)v1.y, (uint32_t)v1.z, (uint32_t)v1.w};
 #pragma unroll
@@ -344,7 +344,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_K> {
         const int4 h0 = gpu_ld16(b), h1 = gpu_ld16(b + 16);
         const int4 v0 = gpu_ld16(b + 32 + 32 * j), v1 = gpu_ld16(b + 48 + 32 * j);
         const int4 r = gpu_ld16(w.rest + blk * REST);
-        const float d = gpu_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_h2f((uint32_t)r.x >> 16);
+        const float d = gpu_scale_h2f((uint32_t)r.x & 0xFFFFu), dmin = gpu_scale_h2f((uint32_t)r.x >> 16);
         const uint32_t u0[4] = {(uint32_t)v0.x, (uint32_t)v0.y, (uint32_t)v0.z, (uint32_t)v0.w};
         const uint32_t u1[4] = {(uint32_t)v1.x, (uint32_t)v1.y, (uint32_t)v1.z, (uint32_t)v1.w};
         const uint32_t g0[4] = {(uint32_t)h0.x, (uint32_t)h0.y, (uint32_t)h0.z, (uint32_t)h0.w};
@@ -388,7 +388,7 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
         const int4 lv = gpu_ld16(b + 64 * n + 16 * rr);
         const int4 hv = gpu_ld16(b + 128 + 32 * n + 16 * ls);
         const uint8_t *r = w.rest + blk * REST; // int8 scales[16], d
-        const float d = gpu_h2f(gpu_ld_u16(r + 16));
+        const float d = gpu_scale_h2f(gpu_ld_u16(r + 16));
         const int8_t *sc = (const int8_t *)r + 8 * n + 2 * g + ls;
         const uint32_t ql[4] = {(uint32_t)lv.x, (uint32_t)lv.y, (uint32_t)lv.z, (uint32_t)lv.w};
         const uint32_t qh[4] = {(uint32_t)hv.x, (uint32_t)hv.y, (uint32_t)hv.z, (uint32_t)hv.w};
@@ -416,7 +416,7 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
         const int4 v = gpu_ld16(w.bulk + blk * BULK + 16 * ib);
         const uint2 r = *(const uint2 *)(w.rest + blk * REST); // d, scales_h | scales_l[4]
         const uint32_t ls = ((r.y >> (4 * ib)) & 0xF) | (((r.x >> (16 + 2 * ib)) & 3) << 4);
-        gpu_iq4_chunk(v, gpu_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32), e0 + 32 * ib, raw, c);
+        gpu_iq4_chunk(v, gpu_scale_h2f(r.x & 0xFFFFu) * (float)((int)ls - 32), e0 + 32 * ib, raw, c);
     }
     GPU_QT_LOAD { load_any(w, blk, ci, e0, false, c); }
     static __device__ __forceinline__ void load_raw(const gpu_mat &w, int64_t blk, int ci, int e0,
