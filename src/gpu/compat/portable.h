@@ -198,15 +198,25 @@ ST_PORTABLE unsigned st_vsubss4_portable(unsigned a, unsigned b) {
 
 // --- half precision -------------------------------------------------------------------
 
+// A float's bits and back: the device's own reinterpretation in device code
+// (memcpy is a host function there), memcpy in host C.
 ST_PORTABLE float st_u2f(uint32_t u) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __uint_as_float(u);
+#else
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+#endif
 }
 ST_PORTABLE uint32_t st_f2u(float f) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __float_as_uint(f);
+#else
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+#endif
 }
 
 // IEEE binary16 bits (the low 16 of h) to float: exact, subnormals, inf and nan
