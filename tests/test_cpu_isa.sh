@@ -26,4 +26,17 @@ for isa in avx512 avxvnni avx2 scalar; do
         fi
     done
 done
+# the kernel benchmark refuses what it cannot time, with a message naming it
+for spec in Q5_0:16x32 Q4_K:16x100 Q4_0:0x32 Q4_0:16x32x65 Q4_0 junk; do
+    "$BUILD/tests/test_gemm" --perf "$spec" >"$tmp" 2>&1
+    rc=$?
+    if [ "$rc" -eq 2 ] && grep -q -- '--perf: ' "$tmp"; then
+        pass=$((pass + 1))
+        echo "  ok   test_gemm --perf $spec refused: $(head -n 1 "$tmp" | cut -c1-80)"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL test_gemm --perf $spec (exit $rc, want 2 and a message):"
+        head -5 "$tmp" | sed 's/^/    | /'
+    fi
+done
 echo "RESULT $pass $fail"
