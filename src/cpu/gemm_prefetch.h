@@ -12,8 +12,8 @@
 // lines PF_L2 bytes further on into L2, which keeps loads in flight across the
 // page boundaries where the hardware prefetcher stops. The K types, with more
 // work per byte, also ask PF_L1 bytes ahead into L1; the others lose by it.
-// Measured on one-token products of 8192 x 2048 weights and whole decode steps
-// (docs/PERF.md): 4 KiB best of 2 to 8 KiB alone; with 2 KiB into L1 the K
+// Measured on one-token products of 8192 x 2048 weights (`test_gemm --perf
+// T:8192x2048`) and whole decode steps (`strata bench`; docs/PERF.md): 4 KiB best of 2 to 8 KiB alone; with 2 KiB into L1 the K
 // types stream 4-7% faster, Q4_0 3-8% slower.
 #ifndef PF_L2
 #define PF_L2 4096
