@@ -119,6 +119,12 @@ void *hugemem_buffer(size_t bytes) {
         st_fail("cannot allocate %zu bytes of host memory", bytes);
         return NULL;
     }
-    if (align == HUGE_PAGE) advise_huge(p, round_up(bytes, align));
+    if (align == HUGE_PAGE) {
+        const size_t n = round_up(bytes, align);
+        advise_huge(p, n);
+        // The heap may hand back memory a freed chunk left backed by small
+        // pages, which stay small: dropped, the first touch faults huge pages.
+        madvise(p, n, MADV_DONTNEED);
+    }
     return p;
 }
