@@ -113,9 +113,8 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
     for (int64_t b = 0; b < nb; b++) {
         __m512i v[8];
         __m512 dv, mv;
+        prefetch_share(gp, share, b);
         if (gt == GEMM_Q4_0 || gt == GEMM_Q4_1) {
-            prefetch_block(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs),
-                           sizeof(struct gemm_q4_qs));
             unpack_q4(gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q4_qs), v);
             const uint16_t *sc = (const uint16_t *)gp;
             if (gt == GEMM_Q4_0) {
@@ -127,13 +126,11 @@ INLINE void tile_q(const enum gemm_type gt, const int T, const struct gemm_weigh
             }
         } else if (gt == GEMM_Q8_0) {
             const uint8_t *qs = gp + w->scale_bytes + (size_t)b * sizeof(struct gemm_q8_qs);
-            prefetch_block(qs, sizeof(struct gemm_q8_qs));
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_si512((const void *)(qs + 64 * j));
             dv = load_f16((const uint16_t *)gp + b * GEMM_R);
             mv = _mm512_setzero_ps();
         } else { // GEMM_Q4_K
-            prefetch_share(gp, share, b);
             const struct gemm_q4_K *s = (const struct gemm_q4_K *)gp + b / 8;
             const int j = (int)(b % 8);
             if (j == 0) {

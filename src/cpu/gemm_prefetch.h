@@ -9,12 +9,17 @@
 #include <xmmintrin.h>
 
 // The weights stream from memory: while working on one block, ask for the
-// lines PF_L2 bytes further on into L2, which keeps loads in flight across the
-// page boundaries where the hardware prefetcher stops. The K types, with more
-// work per byte, also ask PF_L1 bytes ahead into L1; the others lose by it.
-// Measured on one-token products of 8192 x 2048 weights (`test_gemm --perf
-// T:8192x2048`) and whole decode steps (`strata bench`; docs/PERF.md): 4 KiB best of 2 to 8 KiB alone; with 2 KiB into L1 the K
-// types stream 4-7% faster, Q4_0 3-8% slower.
+// lines PF_L2 bytes further on into L2 (and PF_L1 bytes on into L1), which
+// keeps loads in flight across the page boundaries where the hardware
+// prefetcher stops. Measured on one-token products of 8192 x 2048 weights
+// (`test_gemm --perf T:8192x2048`) and whole decode steps (`strata bench`;
+// docs/PERF.md): on a Xeon 4 KiB into L2 was the best of 2 to 8 KiB, and 2 KiB
+// into L1 made the K types stream 4-7% faster. On an AMD EPYC (Zen 4) the
+// AVX-512 kernels of the 32-block types streamed at 60-65% of the read ceiling
+// asking for their quants alone into L2 (prefetch_block) and at 81-90% asking
+// for their whole stream into L2 and L1 (prefetch_share), which every AVX-512
+// kernel now does; the AVX2 and AVX-VNNI kernels of those types lost 10-20%
+// that way and keep prefetch_block.
 #ifndef PF_L2
 #define PF_L2 4096
 #endif
@@ -25,14 +30,15 @@ static inline __attribute__((always_inline)) void prefetch_line(uintptr_t p, boo
     _mm_prefetch((const char *)p + PF_L2, _MM_HINT_T1);
     if (l1) _mm_prefetch((const char *)p + PF_L1, _MM_HINT_T0);
 }
-// The lines of one block's quants, where a group keeps them apart from its
-// scales (the 32-block types): the rest of the group and the next one follow.
+// The lines of one block's quants, into L2, where a group keeps them apart
+// from its scales (the 32-block types): the rest of the group and the next
+// one follow.
 static inline __attribute__((always_inline)) void prefetch_block(const void *p, int bytes) {
     for (int i = 0; i < bytes; i += 64) prefetch_line((uintptr_t)p + (uintptr_t)i, false);
 }
-// Where a group is one stream of super-blocks (the K types): block b's share of
-// it, the group's bytes / nb (share: that in 1/65536ths, rounded up), each line
-// once.
+// Block b's share of a group's whole stream (scales and quants alike), into L2
+// and L1: the group's bytes / nb (share: that in 1/65536ths, rounded up), each
+// line once.
 static inline __attribute__((always_inline)) size_t pf_share(size_t group_bytes, int64_t nb) {
     return ((group_bytes << 16) + (size_t)nb - 1) / (size_t)nb;
 }
