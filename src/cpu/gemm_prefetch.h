@@ -18,8 +18,10 @@
 // AVX-512 kernels of the 32-block types streamed at 60-65% of the read ceiling
 // asking for their quants alone into L2 (prefetch_block) and at 81-90% asking
 // for their whole stream into L2 and L1 (prefetch_share), which every AVX-512
-// kernel now does; the AVX2 and AVX-VNNI kernels of those types lost 10-20%
-// that way and keep prefetch_block.
+// kernel now does. The AVX2 and AVX-VNNI kernels of those types keep
+// prefetch_block: there they measured 10-20% slower the other way, but on that
+// CPU the same AVX2 object code also measured 20% apart in two builds, so the
+// question is open.
 #ifndef PF_L2
 #define PF_L2 4096
 #endif
