@@ -210,7 +210,8 @@ static void test_quantizer(void) {
         enum gemm_type gt;
         int n;
         int32_t mul;
-    } kinds[] = {{GEMM_Q4_1, 0, 0}, {GEMM_Q4_0, 1, -8}, {GEMM_Q8_0, 1, -128}, {GEMM_Q6_K, 2, -32}};
+    } kinds[] = {
+        {GEMM_Q4_1, 0, 0}, {GEMM_Q4_0, 1, -8}, {GEMM_Q8_0, 1, -128}, {GEMM_Q6_K, 2, -32}, {GEMM_Q4_K, 0, 0}};
     for (size_t k = 0; k < sizeof colss / sizeof *colss; k++)
         for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
             const int64_t cols = colss[k];
@@ -230,8 +231,15 @@ static void test_quantizer(void) {
                     const size_t ib = (size_t)t * nb + b;
                     const float *xb = x + (size_t)t * cols + b * 32;
                     const int8_t *q = a.qs + (size_t)t * cols + b * 32;
+                    // the K types share one scale over each 8 blocks (a super-block of
+                    // 256; fewer at the end of a row whose cols are not a multiple)
+                    const bool super = gt == GEMM_Q4_K || gt == GEMM_Q6_K;
+                    const int64_t s0 = super ? b / 8 * 8 : b, s1 = super && s0 + 8 < nb ? s0 + 8
+                                                                   : super              ? nb
+                                                                                        : b + 1;
                     float amax = 0;
-                    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+                    for (int64_t i = s0 * 32; i < s1 * 32; i++)
+                        amax = fmaxf(amax, fabsf(x[(size_t)t * cols + i]));
                     // Q4_0, Q4_1 and Q8_0 take llama.cpp's Q8_0/Q8_1 block scales: d and
                     // s = d·Σq (from the unrounded d) rounded to half precision
                     const bool half = gt == GEMM_Q4_0 || gt == GEMM_Q4_1 || gt == GEMM_Q8_0;
@@ -249,6 +257,8 @@ static void test_quantizer(void) {
                                           : d0 * (float)(sum[0] + sum[1]);
                     if (a.d[ib] != d || a.s[ib] != sw) bad++;
                     if (a.bias_n == 1 && a.bias[ib] != a.bias_mul * (sum[0] + sum[1])) bad++;
+                    if ((a.qsum != NULL) != (gt == GEMM_Q4_K) || (a.qsum && a.qsum[ib] != sum[0] + sum[1]))
+                        bad++;
                     if (a.bias_n == 2 &&
                         (a.bias[2 * ib] != a.bias_mul * sum[0] || a.bias[2 * ib + 1] != a.bias_mul * sum[1]))
                         bad++;
@@ -263,10 +273,11 @@ static void test_quantizer(void) {
                 struct gemm_act b;
                 gemm_act_layout(&b, buf2, n, cols, gt);
                 gemm_quantizer((enum gemm_isa)isa)(x, &b, 0, n);
-                const bool same = !memcmp(a.qs, b.qs, (size_t)n * cols) &&
-                                  !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
-                                  !memcmp(a.s, b.s, sizeof(float) * n * nb) &&
-                                  (!a.bias_n || !memcmp(a.bias, b.bias, sizeof(int32_t) * n * nb * a.bias_n));
+                const bool same =
+                    !memcmp(a.qs, b.qs, (size_t)n * cols) && !memcmp(a.d, b.d, sizeof(float) * n * nb) &&
+                    !memcmp(a.s, b.s, sizeof(float) * n * nb) &&
+                    (!a.bias_n || !memcmp(a.bias, b.bias, sizeof(int32_t) * n * nb * a.bias_n)) &&
+                    (!a.qsum || !memcmp(a.qsum, b.qsum, sizeof(int16_t) * n * nb));
                 CHECK(same, "cols %lld: the %s quantizer differs from the scalar one", (long long)cols,
                       gemm_isa_name((enum gemm_isa)isa));
                 free(buf2);

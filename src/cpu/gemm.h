@@ -14,7 +14,10 @@
 // expanded at run time, so the repacked weight dequantizes to the same values.
 //
 // Activations are quantized once per product to int8 blocks of 32 with a float
-// scale d = max|x|/127 and the block's s = d·Σq. For a weight row with block
+// scale d = max|x|/127 and the block's s = d·Σq; for the K types the max is
+// taken over the 256 elements of a super-block, so its 8 blocks share one d
+// (as llama.cpp's Q8_K blocks do) and a kernel may apply d once per
+// super-block instead of once per block and token. For a weight row with block
 // scale dw and min mw (x = dw·q + mw) the product is
 //     Σ_blocks  Σq_w·q_a · (dw·da)  +  mw · s.
 // Where the min is a fixed multiple of the scale (Q4_0: −8·dw, Q8_0: −128·dw,
@@ -105,10 +108,14 @@ struct gemm_act {
                    // each half (bias_n 2); NULL when bias_n is 0
     int bias_n;
     int32_t bias_mul;
-    bool half_scales; // d and s rounded to half precision (see gemm_act_scales)
+    int16_t *qsum;     // (n, cols/32) Σq of each block for Q4_K (its kernels' integer min
+                       // term, with the super-block's shared d), else NULL
+    bool half_scales;  // d and s rounded to half precision (see gemm_act_scales)
+    bool super_scales; // the K types': each 8 blocks (256 elements) share one d
 };
 
-// Block i's scale d = amax/127 and s = d·Σq. For the types whose GGUF dot
+// Block i's scale d = amax/127 (amax: the largest |x| of the block, or of its
+// super-block with super_scales) and s = d·Σq. For the types whose GGUF dot
 // products take Q8_0 or Q8_1 activation blocks (Q4_0, Q4_1, Q8_0) both are
 // rounded to half precision, as those blocks store them (s from the unrounded
 // d), so the products equal llama.cpp's given the same input; the K types keep
@@ -123,6 +130,9 @@ static inline void gemm_act_scales(struct gemm_act *a, size_t i, float amax, int
         a->s[i] = d * (float)sum;
     }
 }
+
+// Blocks of 32 that share one activation scale: 8 with super_scales, else 1.
+static inline int64_t gemm_act_span(const struct gemm_act *a) { return a->super_scales ? 8 : 1; }
 
 // Kernel sets, each a superset of the CPU features of the one before. AMX: AMX
 // int8 tiles for prompts, AVX-512 VNNI for single tokens and Q6_K.

@@ -33,16 +33,20 @@ void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1) {
     const int64_t nb = a->cols / GEMM_QK;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const int64_t span = gemm_act_span(a);
+    float amax = 0;
     for (int t = t0; t < t1; t++)
         for (int64_t b = 0; b < nb; b++) {
             const float *xb = x + (size_t)t * (size_t)a->cols + b * GEMM_QK;
-            __m256 xv[4];
-            __m256 m = _mm256_setzero_ps();
-            for (int k = 0; k < 4; k++) {
-                xv[k] = _mm256_loadu_ps(xb + 8 * k);
-                m = _mm256_max_ps(_mm256_andnot_ps(sign, xv[k]), m); // NaN |x| keeps m, as fmaxf
+            if (b % span == 0) { // over the blocks that share a scale (fewer at a row's end)
+                const int64_t blocks = nb - b < span ? nb - b : span;
+                __m256 m = _mm256_setzero_ps();
+                for (int64_t k = 0; k < 4 * blocks; k++) // NaN |x| keeps m, as fmaxf
+                    m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)), m);
+                amax = hmax8(m);
             }
-            const float amax = hmax8(m);
+            __m256 xv[4];
+            for (int k = 0; k < 4; k++) xv[k] = _mm256_loadu_ps(xb + 8 * k);
             const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
             __m256i q[4];
             for (int k = 0; k < 4; k++)
@@ -56,6 +60,7 @@ void gemm_quantize_avx2(const float *x, struct gemm_act *a, int t0, int t1) {
             const int s0 = hsum8(_mm256_add_epi32(q[0], q[1])), s1 = hsum8(_mm256_add_epi32(q[2], q[3]));
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
             gemm_act_scales(a, i, amax, s0 + s1);
+            if (a->qsum) a->qsum[i] = (int16_t)(s0 + s1); // |Σq| ≤ 32·127
             if (a->bias_n == 1)
                 a->bias[i] = a->bias_mul * (s0 + s1);
             else if (a->bias_n == 2)

@@ -8,14 +8,12 @@
 #include "format/quant_impl.h"
 #include "util.h"
 
-// Quantizes one 32-element block: q = x·127/max|x| rounded to
-// nearest even, clamped to ±127 (NaN → −127, so no conversion is undefined);
-// d and s from gemm_act_scales.
-// The SIMD quantizers compute the very same values.
+// Quantizes one 32-element block: q = x·127/amax rounded to nearest even,
+// clamped to ±127 (NaN → −127, so no conversion is undefined), amax the
+// largest |x| of the block or of its super-block (gemm_act_span); d and s from
+// gemm_act_scales. The SIMD quantizers compute the very same values.
 static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t ib, int32_t *bias,
-                           int bias_n, int32_t mul) {
-    float amax = 0;
-    for (int i = 0; i < GEMM_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
+                           int bias_n, int32_t mul, float amax) {
     const float id = amax > 0 ? 127.0f / amax : 0.0f;
     int sum[2] = {0, 0};
     for (int i = 0; i < GEMM_QK; i++) {
@@ -24,6 +22,7 @@ static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t
         sum[i / 16] += q[i];
     }
     gemm_act_scales(a, ib, amax, sum[0] + sum[1]);
+    if (a->qsum) a->qsum[ib] = (int16_t)(sum[0] + sum[1]); // |Σq| ≤ 32·127
     if (bias_n == 1)
         bias[0] = mul * (sum[0] + sum[1]);
     else if (bias_n == 2)
@@ -31,12 +30,19 @@ static void quantize_block(const float *x, int8_t *q, struct gemm_act *a, size_t
 }
 
 void gemm_quantize_scalar(const float *x, struct gemm_act *a, int t0, int t1) {
-    const int64_t nb = a->cols / GEMM_QK;
+    const int64_t nb = a->cols / GEMM_QK, span = gemm_act_span(a);
+    float amax = 0;
     for (int t = t0; t < t1; t++)
         for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + (size_t)t * a->cols + b * GEMM_QK;
+            if (b % span == 0) { // max|x| (NaN ignored, as fmaxf does) over the blocks sharing a scale
+                const int64_t k = nb - b < span ? nb - b : span;
+                amax = 0;
+                for (int64_t i = 0; i < k * GEMM_QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+            }
             const size_t i = (size_t)t * (size_t)nb + (size_t)b;
-            quantize_block(x + (size_t)t * a->cols + b * GEMM_QK, a->qs + (size_t)t * a->cols + b * GEMM_QK,
-                           a, i, a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n, a->bias_mul);
+            quantize_block(xb, a->qs + (size_t)t * a->cols + b * GEMM_QK, a, i,
+                           a->bias ? &a->bias[(size_t)a->bias_n * i] : NULL, a->bias_n, a->bias_mul, amax);
         }
 }
 

@@ -212,35 +212,39 @@ static void bias_of(enum gemm_type gt, int *n, int32_t *mul) {
     }
 }
 
-static size_t act_parts(int n, int64_t cols, int bias_n, size_t off[4]) {
+// Offsets of qs, d, s, bias and qsum in one buffer; returns its size.
+static size_t act_parts(int n, int64_t cols, int bias_n, bool qsum, size_t off[5]) {
     const size_t nn = (size_t)n + 16, nb = (size_t)cols / GEMM_QK; // a 16-token tile may start at any token
     off[0] = 0;
     off[1] = off[0] + round64(nn * (size_t)cols);
     off[2] = off[1] + round64(nn * nb * sizeof(float));
     off[3] = off[2] + round64(nn * nb * sizeof(float));
-    return off[3] + round64(nn * nb * (size_t)bias_n * sizeof(int32_t));
+    off[4] = off[3] + round64(nn * nb * (size_t)bias_n * sizeof(int32_t));
+    return off[4] + (qsum ? round64(nn * nb * sizeof(int16_t)) : 0);
 }
 
 size_t gemm_act_bytes(int n, int64_t cols, enum gemm_type gt) {
-    size_t off[4];
+    size_t off[5];
     int bn;
     int32_t mul;
     bias_of(gt, &bn, &mul);
-    return act_parts(n, cols, bn, off);
+    return act_parts(n, cols, bn, gt == GEMM_Q4_K, off);
 }
 
 void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum gemm_type gt) {
-    size_t off[4];
+    size_t off[5];
     bias_of(gt, &a->bias_n, &a->bias_mul);
-    act_parts(n, cols, a->bias_n, off);
+    act_parts(n, cols, a->bias_n, gt == GEMM_Q4_K, off);
     uint8_t *b = buf;
     a->n = n;
     a->cols = cols;
     a->half_scales = gt == GEMM_Q4_0 || gt == GEMM_Q4_1 || gt == GEMM_Q8_0;
+    a->super_scales = gt == GEMM_Q4_K || gt == GEMM_Q6_K; // their cols are multiples of 256
     a->qs = (int8_t *)(b + off[0]);
     a->d = (float *)(b + off[1]);
     a->s = (float *)(b + off[2]);
     a->bias = a->bias_n ? (int32_t *)(b + off[3]) : NULL;
+    a->qsum = gt == GEMM_Q4_K ? (int16_t *)(b + off[4]) : NULL;
     // the padding tokens: zero quants and scales
     const size_t pad = 16, nb = (size_t)cols / GEMM_QK;
     memset(a->qs + (size_t)n * (size_t)cols, 0, pad * (size_t)cols);
@@ -249,4 +253,5 @@ void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum ge
     if (a->bias)
         memset(a->bias + (size_t)n * nb * (size_t)a->bias_n, 0,
                pad * nb * (size_t)a->bias_n * sizeof(int32_t));
+    if (a->qsum) memset(a->qsum + (size_t)n * nb, 0, pad * nb * sizeof(int16_t));
 }
