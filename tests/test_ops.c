@@ -21,9 +21,12 @@
 //   test_ops --gpu-only   skip the CPU backend (for runs under a memory checker)
 //   test_ops --perf       GPU benchmarks: read-bandwidth ceiling, then matrix ×
 //                         vector GB/s per type, shape and threads per row; the
-//                         int8 tile-product rate, then 512-token products' TOPS
+//                         int8 tile-product rate, then 512-token products' TOPS; decode
+//                         batches (n = 8, 16, 32) per rows-per-warp × token-group form
 //   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
 //   test_ops --perf-only Q4_0:14336x4096x512   the same, a 512-token product
+//   test_ops --perf-only Q4_0:4096x4096/8   the same, a decode batch of 8 tokens
+//   test_ops --perf-only batch   the decode batches' table alone
 //   test_ops --only matmul,attention        only these groups of cases (names below)
 #include "test.h"
 
@@ -360,14 +363,18 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                           : n == 1 ? (int)(sizeof tprs / sizeof *tprs)
                           : tile   ? (int)(sizeof mmas / sizeof *mmas)
                                    : (int)(sizeof rpws / sizeof *rpws);
+        // and, for several tokens, every token group size with each rows per warp
+        static const int tpgs[] = {0, 2, 4, 8};
         const int n_swar = e->gpu && n == 1 ? 2 : 1;
+        const int n_tpg = e->gpu && n > 1 && !tile ? (int)(sizeof tpgs / sizeof *tpgs) : 1;
         float *first = n_swar > 1 ? xmalloc_f(ny) : NULL;
         for (int k = 0; k < n_var; k++)
-            for (int sw = 0; sw < n_swar; sw++) {
+            for (int sw = 0; sw < n_swar * n_tpg; sw++) {
 #ifdef STRATA_GPU
                 if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k]);
                 if (e->gpu && n == 1) gpu_backend_set_matvec_swar(e->be, sw);
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
+                if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_tokens(e->be, tpgs[sw]);
                 if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
 #endif
                 poison(e->be, by, ny);
@@ -376,10 +383,13 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                 if (n_var == 1)
                     snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", quant_name(t), (long long)rows,
                              (long long)cols, n);
-                else
+                else {
+                    char form[16] = "";
+                    if (n_swar > 1) snprintf(form, sizeof form, "%s", sw ? " swar" : " dp4a");
+                    if (n_tpg > 1) snprintf(form, sizeof form, " tpg=%d", tpgs[sw]);
                     snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%d%s", quant_name(t),
-                             (long long)rows, (long long)cols, n, var_name, var[k],
-                             n_swar > 1 ? (sw ? " swar" : " dp4a") : "");
+                             (long long)rows, (long long)cols, n, var_name, var[k], form);
+                }
                 if (!get(e->be, got, by, ny)) {
                     test_n_fail++;
                     continue;
@@ -402,7 +412,8 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
 #ifdef STRATA_GPU
         if (e->gpu)
             gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
-                gpu_backend_set_tensor_cores(e->be, -1), gpu_backend_set_matvec_swar(e->be, -1);
+                gpu_backend_set_matvec_tokens(e->be, 0), gpu_backend_set_tensor_cores(e->be, -1),
+                gpu_backend_set_matvec_swar(e->be, -1);
 #endif
         if (e->be->matmul_add) { // y0 + x·wᵀ: the bound grows by the add's rounding
             float *y0 = xmalloc_f(ny), *want_add = xmalloc_f(ny);
@@ -441,17 +452,17 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
 
 static void test_matmul(const struct be_entry *e) {
     // rows ragged against warps and blocks; n covers one token, the small
-    // batches of the matrix × vector kernels (one launch up to 8, several up
-    // to 32 on a GPU) and the tiled batch product; rows of 23552 and 23808
+    // batches of the matrix × vector kernels (up to 32 on a GPU, in token
+    // groups of 2, 4 or 8, the last one ragged) and the tiled batch product; rows of 23552 and 23808
     // on either side of the widest the SWAR form stages (CUDA)
-    static const int64_t shapes32[][3] = {{1, 32, 1},    {7, 96, 1},       {33, 576, 1},  {300, 1024, 1},
-                                          {77, 224, 2},  {77, 224, 3},     {40, 288, 5},  {40, 288, 8},
-                                          {70, 320, 9},  {70, 320, 17},    {45, 256, 33}, {130, 160, 67},
-                                          {65, 4160, 1}, {200, 1056, 130}, {5, 23552, 1}, {3, 23808, 1}};
-    static const int64_t shapes256[][3] = {{1, 256, 1},   {7, 512, 1},    {33, 768, 1},  {300, 1024, 1},
-                                           {77, 256, 3},  {40, 512, 8},   {70, 512, 9},  {70, 512, 17},
-                                           {45, 512, 33}, {130, 256, 67}, {65, 4352, 1}, {200, 1280, 100},
-                                           {5, 23552, 1}, {3, 23808, 1}};
+    static const int64_t shapes32[][3] = {
+        {1, 32, 1},     {7, 96, 1},    {33, 576, 1},     {300, 1024, 1}, {77, 224, 2},  {77, 224, 3},
+        {40, 288, 5},   {40, 288, 8},  {70, 320, 9},     {70, 320, 17},  {45, 256, 32}, {45, 256, 33},
+        {130, 160, 67}, {65, 4160, 1}, {200, 1056, 130}, {5, 23552, 1},  {3, 23808, 1}};
+    static const int64_t shapes256[][3] = {{1, 256, 1},      {7, 512, 1},   {33, 768, 1},   {300, 1024, 1},
+                                           {77, 256, 3},     {40, 512, 8},  {70, 512, 9},   {70, 512, 17},
+                                           {45, 512, 32},    {45, 512, 33}, {130, 256, 67}, {65, 4352, 1},
+                                           {200, 1280, 100}, {5, 23552, 1}, {3, 23808, 1}};
     static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1}, {33, 576, 1}, {300, 1024, 1},
                                          {77, 101, 3}, {40, 96, 8}, {70, 100, 9}, {130, 96, 67}};
     const int before = test_n_fail;
@@ -1378,6 +1389,7 @@ static void test_moe(const struct be_entry *e) {
 static void test_gpu_setters(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int bad_tpr[] = {-1, 1, 8, 48, 512}, bad_rpw[] = {-1, 3, 8}, bad_mma[] = {-2, 2};
+    static const int bad_tpg[] = {-1, 1, 3, 16};
     for (size_t i = 0; i < sizeof bad_tpr / sizeof *bad_tpr; i++)
         if (gpu_backend_set_matvec_split(e->be, bad_tpr[i]) != -1 ||
             !strstr(st_last_error(), "threads per row")) {
@@ -1388,6 +1400,12 @@ static void test_gpu_setters(const struct be_entry *e) {
         if (gpu_backend_set_matvec_rows(e->be, bad_rpw[i]) != -1 ||
             !strstr(st_last_error(), "rows per warp")) {
             printf("  FAIL rows per warp %d accepted or refused without its message\n", bad_rpw[i]);
+            test_n_fail++;
+        }
+    for (size_t i = 0; i < sizeof bad_tpg / sizeof *bad_tpg; i++)
+        if (gpu_backend_set_matvec_tokens(e->be, bad_tpg[i]) != -1 ||
+            !strstr(st_last_error(), "tokens per group")) {
+            printf("  FAIL tokens per group %d accepted or refused without its message\n", bad_tpg[i]);
             test_n_fail++;
         }
     for (size_t i = 0; i < sizeof bad_mma / sizeof *bad_mma; i++)
@@ -1402,7 +1420,8 @@ static void test_gpu_setters(const struct be_entry *e) {
             test_n_fail++;
         }
     if (gpu_backend_set_matvec_split(e->be, 0) || gpu_backend_set_matvec_rows(e->be, 0) ||
-        gpu_backend_set_tensor_cores(e->be, -1) || gpu_backend_set_matvec_swar(e->be, -1)) {
+        gpu_backend_set_matvec_tokens(e->be, 0) || gpu_backend_set_tensor_cores(e->be, -1) ||
+        gpu_backend_set_matvec_swar(e->be, -1)) {
         printf("  FAIL the automatic choices refused: %s\n", st_last_error());
         test_n_fail++;
     }
@@ -1495,6 +1514,91 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
     free(x);
 }
 
+// Copies of w prepared on be, as many as fill 240 MB (4× a 60 MB cache, so
+// every pass reads device memory; 2 to 16) into ws, with pointers in wp: sets
+// *copies and returns how many were prepared (fewer after a failure).
+static int prepare_copies(struct backend *be, const struct weight *w, struct weight ws[16],
+                          struct weight *wp[16], int *copies) {
+    const double bytes = (double)w->rows * (double)w->row_bytes;
+    int c = (int)ceil(240e6 / bytes);
+    *copies = c < 2 ? 2 : c > 16 ? 16 : c;
+    int prepared = 0;
+    for (; prepared < *copies; prepared++) {
+        ws[prepared] = *w;
+        wp[prepared] = &ws[prepared];
+        if (be->prepare_weight(be, &ws[prepared])) break;
+    }
+    return prepared;
+}
+
+// The decode batches' products (several sequences, n tokens ≤ 32) over every
+// rows-per-warp × tokens-per-group form and the backend's own choice, at the
+// shapes of the test models' decode steps (a set such as Q, K and V timed as
+// one matrix of all its rows). Weights rotate as in the matrix × vector table
+// (up to 16 copies: the smallest stay in the L2, as in a small model's step);
+// the pass replayed as a graph. only: "TYPE:ROWSxCOLS/N", "batch" (the whole
+// table alone), or NULL.
+static void perf_batch(struct backend *be, const char *only) {
+    static const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int64_t shapes[][2] = {{576, 576},   {960, 576},   {3072, 576},   {576, 1536},
+                                        {2048, 2048}, {3072, 2048}, {16384, 2048}, {2048, 8192},
+                                        {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
+    static const int ns[] = {8, 16, 32};
+    static const int rpws[] = {1, 2, 4}, tpgs[] = {2, 4, 8};
+    const bool all = !only || !strcmp(only, "batch");
+    if (!all && !strchr(only, '/')) return;
+    printf("\nmatrix x several tokens (decode batches), us a product, graph replay, median of 30; columns:\n"
+           "the backend's choice, then rows per warp / tokens per group\n| type | rows x cols | n | auto |");
+    for (size_t r = 0; r < 3; r++)
+        for (size_t t = 0; t < 3; t++) printf(" %d/%d |", rpws[r], tpgs[t]);
+    printf("\n|---|---|---|---|");
+    for (int k = 0; k < 9; k++) printf("---|");
+    printf("\n");
+    float *x = xmalloc_f((size_t)32 * 14336);
+    fill_normal(x, (size_t)32 * 14336);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                const int n = ns[ni];
+                if (cols % quant_get(types[ti])->block_size) continue;
+                char key[64];
+                snprintf(key, sizeof key, "%s:%lldx%lld/%d", quant_name(types[ti]), (long long)rows,
+                         (long long)cols, n);
+                if (!all && strcmp(only, key)) continue;
+                struct weight w = make_weight(types[ti], rows, cols);
+                struct weight ws[16];
+                struct weight *wp[16];
+                int copies;
+                const int prepared = prepare_copies(be, &w, ws, wp, &copies);
+                float *bx = prepared == copies ? put(be, x, sizeof(float) * (size_t)n * (size_t)cols) : NULL;
+                printf("| %s | %lldx%lld | %d |", quant_name(types[ti]), (long long)rows, (long long)cols, n);
+                for (int k = 0; k < 10 && bx; k++) {
+                    gpu_backend_set_matvec_rows(be, k ? rpws[(k - 1) / 3] : 0);
+                    gpu_backend_set_matvec_tokens(be, k ? tpgs[(k - 1) % 3] : 0);
+                    double sec = 0;
+                    if (gpu_bench_matmul(be, wp, copies, bx, n, 30, true, &sec)) {
+                        printf(" FAIL |");
+                        printf("  FAIL batch bench %s: %s\n", key, st_last_error());
+                        test_n_fail++;
+                        break;
+                    }
+                    printf(" %.2f |", sec * 1e6);
+                }
+                printf("\n");
+                if (!bx) {
+                    printf("  FAIL batch bench %s: %s\n", key, st_last_error());
+                    test_n_fail++;
+                }
+                gpu_backend_set_matvec_rows(be, 0);
+                gpu_backend_set_matvec_tokens(be, 0);
+                if (bx) be->release(be, bx);
+                for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+                free((void *)w.data);
+            }
+    free(x);
+}
+
 // only: "TYPE:ROWSxCOLS" restricts the matrix × vector table to one type and
 // shape ("TYPE:ROWSxCOLSx512" the prompt table), or NULL.
 static void perf(struct backend *be, const char *only) {
@@ -1525,20 +1629,16 @@ static void perf(struct backend *be, const char *only) {
             if (only && strcmp(only, key)) continue;
             struct weight w = make_weight(types[ti], rows, cols);
             const double bytes = (double)rows * (double)w.row_bytes;
-            // copies enough for 4× a 60 MB cache, so every pass reads device memory
-            int copies = (int)ceil(240e6 / bytes);
-            if (copies < 2) copies = 2;
-            if (copies > 16) copies = 16;
             struct weight ws[16];
             struct weight *wp[16];
-            for (int c = 0; c < copies; c++) {
-                ws[c] = w;
-                wp[c] = &ws[c];
-                if (be->prepare_weight(be, &ws[c])) {
-                    printf("  FAIL prepare: %s\n", st_last_error());
-                    test_n_fail++;
-                    return;
-                }
+            int copies;
+            const int prepared = prepare_copies(be, &w, ws, wp, &copies);
+            if (prepared < copies) {
+                printf("  FAIL prepare: %s\n", st_last_error());
+                test_n_fail++;
+                for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+                free((void *)w.data);
+                return;
             }
             float *bx = put(be, x, sizeof(float) * (size_t)cols);
             // every threads-per-row choice with the device's dot product, then
@@ -1572,6 +1672,7 @@ static void perf(struct backend *be, const char *only) {
             free((void *)w.data);
         }
     perf_prompt(be, only, types, sizeof types / sizeof *types - 1); // no F16: its prompts take another path
+    perf_batch(be, only);
 }
 #endif
 
@@ -1614,10 +1715,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            printf(
-                "usage: %s [--perf | --perf-only TYPE:ROWSxCOLS[x512]] [--require-gpu] [--gpu-only] [--only "
-                "GROUP,...]\n",
-                argv[0]);
+            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS[x512|/N]] [--require-gpu] [--gpu-only] "
+                   "[--only "
+                   "GROUP,...]\n",
+                   argv[0]);
             print_groups();
             return 2;
         }

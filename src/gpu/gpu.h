@@ -82,11 +82,17 @@ int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
 // tokens: 1, 2 or 4, or 0 for the backend's choice per matrix (the default).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
+// Tokens a group in the products of 2 to GPU_MATVEC_MAX_BATCH tokens, each
+// group reading the weights again with its own blocks: 2, 4 or 8, or 0 for
+// the backend's choice per matrix (the default: smaller groups where a matrix
+// has too few rows to fill the device). Returns 0, or -1 with a message for
+// another value.
+int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group);
 
 // Products of more tokens than this run as tiles (mmq.cu); up to it (a
-// decode step of many sequences), as several matrix × vector launches of at
-// most GPU_MMVQ_MAX_TOKENS (mmvq.cu): each reads the weights again, and is
-// still the faster at this size.
+// decode step of many sequences), as one matrix × vector launch (mmvq.cu)
+// whose groups of at most 8 tokens each read the weights again, and is still
+// the faster at this size.
 #define GPU_MATVEC_MAX_BATCH 32
 
 // The form of the quantized products of more than GPU_MATVEC_MAX_BATCH tokens

@@ -28,6 +28,8 @@
 #include "repack.h"
 #include "rope.h"
 
+static_assert(GPU_MATVEC_MAX_BATCH <= GPU_MMVQ_MAX_TOKENS, "a decode batch is one matrix x vector launch");
+
 // --- errors ---------------------------------------------------------------------------
 // A failure seen by GPU_CHECK (a runtime call, a launch) lands in this thread's
 // pending slot (gpu_record_error); every backend entry point then moves it into
@@ -73,6 +75,7 @@ struct gpu_be {
     gpuStream_t stream;
     int tpr;       // threads per row of matrix × vector; 0: per matrix
     int rpw;       // rows per 32 threads of a several-token matrix × vector; 0: per matrix
+    int tpg;       // tokens per group of a several-token matrix × vector; 0: per matrix
     bool has_mma;  // the device multiplies int8 tiles on tensor cores
     bool mma;      // prompt batches' products take the tensor-core form
     bool has_dp4a; // the device computes dp4a in one instruction
@@ -485,17 +488,12 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
         return 0;
     }
     gpu_q8 q;
-    if (!quantized_input(g, x, n, m.cols, &q)) return 0;  // the error is recorded
-    for (int t0 = 0; t0 < n; t0 += GPU_MMVQ_MAX_TOKENS) { // rows t0 .. t0+nt-1
-        const int nt = n - t0 < GPU_MMVQ_MAX_TOKENS ? n - t0 : GPU_MMVQ_MAX_TOKENS;
-        const gpu_q8 qt = {q.qs + (int64_t)t0 * q.cols, q.ds + (int64_t)t0 * (q.cols / 32), q.cols};
-        for (int i = 0; i < n_w; i++) set.y[i] = y[i] + (int64_t)t0 * set.w[i].rows;
-        const bool swar = nt == 1 && matvec_swar(g, m);
-        const int rc = gpu_mmvq(set, qt, nt, nt == 1 ? matvec_tpr(g, m, rows) : 32,
-                                g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), swar, add, g->stream);
-        if (rc) return rc;
-    }
-    return 0;
+    if (!quantized_input(g, x, n, m.cols, &q)) return 0; // the error is recorded
+    for (int i = 0; i < n_w; i++) set.y[i] = y[i];
+    const int rpw = g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm);
+    const bool swar = n == 1 && matvec_swar(g, m);
+    return gpu_mmvq(set, q, n, n == 1 ? matvec_tpr(g, m, rows) : 32, rpw,
+                    g->tpg ? g->tpg : gpu_pick_tpg(rows, rpw, n, g->n_sm), swar, add, g->stream);
 }
 
 static void matmul_fail(struct gpu_be *g, const struct weight *w, int n) {
@@ -993,6 +991,15 @@ int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp) {
         return st_fail("rows per warp %d: use 1, 2, 4 or 0 (automatic)", r);
     graphs_clear(gb(be));
     gb(be)->rpw = r;
+    return 0;
+}
+
+int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group) {
+    const int t = tokens_per_group;
+    if (t != 0 && t != 2 && t != 4 && t != 8)
+        return st_fail("tokens per group %d: use 2, 4, 8 or 0 (automatic)", t);
+    graphs_clear(gb(be));
+    gb(be)->tpg = t;
     return 0;
 }
 

@@ -1,4 +1,4 @@
-// mmvq.cu: quantized matrix × vector, y (n, rows) = x (n, cols) · Wᵀ for n ≤ 8,
+// mmvq.cu: quantized matrix × vector, y (n, rows) = x (n, cols) · Wᵀ for n ≤ 32,
 // integer dot products (dp4a) of the weight chunks (quants.h) with activations
 // quantized to 8 bits in blocks of 32 (quantize.cu).
 //
@@ -8,13 +8,17 @@
 // them before using any, so that every thread keeps several 16-byte loads in
 // flight. Both kernels ask for their first chunks before they wait for x
 // (compat.h's overlapping launches), so a product's weights start streaming
-// while the kernel before it still runs. Several tokens (n = 2..8): 32 threads share RPW rows (1, 2 or 4),
-// each loaded weight chunk serves every token and each loaded activation
-// chunk every one of the RPW rows; without that sharing the activations (8
-// tokens × 32 bytes for an 18-byte Q4_0 block) are read from cache many times
-// over, and a large matrix took 6× its single-token time. Checked against the
-// reference by tests/test_ops.c over every type, ragged shapes, every TPR and
-// every RPW.
+// while the kernel before it still runs. Several tokens (n = 2..32): 32
+// threads share RPW rows (1, 2 or 4) for a group of up to NT tokens (2, 4 or
+// 8; one grid row a group), each loaded weight chunk serving every token of
+// the group and each loaded activation chunk every one of the RPW rows;
+// without that sharing the activations (8 tokens × 32 bytes for an 18-byte
+// Q4_0 block) are read from cache many times over, and a large matrix took 6×
+// its single-token time. Small groups give a small matrix more warps, each
+// with a shorter chain of dot products: at 576 × 576 and 8 tokens, 72 blocks
+// of one group ran 2.8× the one-token time. Checked against the reference by
+// tests/test_ops.c over every type, ragged shapes, every TPR, every RPW and
+// every group size.
 //
 // A launch takes a set of up to GPU_SET_MAX matrices of one type and width
 // that share the input (Q, K and V; gate and up): its blocks are cut into one
@@ -98,10 +102,11 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     gpu_rows_sum_store<TPR, 1>(acc, lane, live, 1, row, w.rows, y, add);
 }
 
-// Several tokens (n ≤ NT): a group of 32 threads takes rows row0 .. row0 +
-// RPW - 1 and lane l their chunks l, l + 32, ...; the RPW chunks of a step are
-// loaded together, then each token's activation chunk is read once for all
-// of them. Rows past the end read the last row and store nothing.
+// Several tokens: grid row g takes tokens g·NT .. g·NT + NT - 1 (those below
+// n); a group of 32 threads takes rows row0 .. row0 + RPW - 1 and lane l their
+// chunks l, l + 32, ...; the RPW chunks of a step are loaded together, then
+// each token's activation chunk is read once for all of them. Rows past the
+// end read the last row and store nothing.
 template <int T, int NT, int RPW>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
@@ -110,10 +115,15 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, g
     gpu_mat w;
     float *y;
     const unsigned b = gpu_set_member(set, w, y);
+    const int t0 = (int)blockIdx.y * NT; // this group's first token
+    n = n - t0 < NT ? n - t0 : NT;
     const int lane = threadIdx.x % TPR;
     const int64_t row0 = ((int64_t)b * (GPU_BLOCK / TPR) + threadIdx.x / TPR) * RPW;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const int64_t xblocks = x.cols / 32;
+    const int8_t *xq = x.qs + (int64_t)t0 * x.cols;
+    const float2 *xd = x.ds + (int64_t)t0 * xblocks;
+    y += (int64_t)t0 * w.rows;
     int64_t rk[RPW];
 #pragma unroll
     for (int k = 0; k < RPW; k++) rk[k] = row0 + k < w.rows ? row0 + k : w.rows - 1;
@@ -134,7 +144,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, g
         for (int t = 0; t < NT; t++)
             if (t < n) {
                 float v[RPW];
-                gpu_chunk_dot_rows<Q, RPW>(c, gpu_act_q8{x.qs + t * x.cols}, x.ds + t * xblocks, v);
+                gpu_chunk_dot_rows<Q, RPW>(c, gpu_act_q8{xq + t * x.cols}, xd + t * xblocks, v);
 #pragma unroll
                 for (int k = 0; k < RPW; k++) acc[k][t] += v[k];
             }
@@ -156,7 +166,7 @@ static void mmvq_launch(gpu_mat_set set, const gpu_q8 &x, bool swar, bool add, g
 
 template <int T, int NT, int RPW>
 static void mmvq_rows_launch(gpu_mat_set set, const gpu_q8 &x, int n, bool add, gpuStream_t s) {
-    const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / 32 * RPW);
+    const dim3 grid(gpu_set_blocks(set, GPU_BLOCK / 32 * RPW), (unsigned)gpu_cdiv(n, NT));
     ST_LAUNCH((mmvq_rows_kernel<T, NT, RPW>), grid, GPU_BLOCK, 0, s, set, x, n, add);
     GPU_CHECK_LAUNCH();
 }
@@ -179,8 +189,8 @@ static int mmvq_rows(const gpu_mat_set &set, const gpu_q8 &x, int n, int rpw, bo
 }
 
 template <int T>
-static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool swar, bool add,
-                     gpuStream_t s) {
+static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar,
+                     bool add, gpuStream_t s) {
     if (n == 1) {
         switch (tpr) {
         case 16:
@@ -202,10 +212,10 @@ static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, in
             return -1;
         }
     }
-    if (n == 2) return mmvq_rows<T, 2>(set, x, n, rpw, add, s);
-    if (n <= 4) return mmvq_rows<T, 4>(set, x, n, rpw, add, s);
-    if (n <= GPU_MMVQ_MAX_TOKENS) return mmvq_rows<T, 8>(set, x, n, rpw, add, s);
-    return -1;
+    // groups of tpg tokens, or fewer where n needs no more
+    if (tpg == 2 || n == 2) return mmvq_rows<T, 2>(set, x, n, rpw, add, s);
+    if (tpg == 4 || n <= 4) return mmvq_rows<T, 4>(set, x, n, rpw, add, s);
+    return mmvq_rows<T, 8>(set, x, n, rpw, add, s);
 }
 
 // The expert products of matmul_id: one matrix × vector per (token, slot)
@@ -277,6 +287,14 @@ int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar) {
     return swar && tpr > 16 ? tpr / 2 : tpr;
 }
 
+int gpu_pick_tpg(int64_t rows, int rpw, int n, int n_sm) {
+    // the largest group that still gives every multiprocessor two blocks
+    const int64_t blocks = gpu_cdiv(rows, GPU_BLOCK / 32 * rpw);
+    int tpg = 8;
+    while (tpg > 2 && blocks * gpu_cdiv(n, tpg) < (int64_t)n_sm * 2) tpg /= 2;
+    return tpg;
+}
+
 int gpu_pick_rpw(int64_t rows, int n_sm) {
     // as many rows a group as leave at least 3/4 of a block per multiprocessor
     int rpw = 4;
@@ -288,12 +306,13 @@ int gpu_pick_rpw(int64_t rows, int n_sm) {
 // codebook's pair table, the partial sums).
 bool gpu_mmvq_swar_fits(int64_t cols) { return cols * 2 <= ST_MAX_DYN_SMEM - 2048; }
 
-int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool swar, bool add,
+int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar, bool add,
              gpuStream_t s) {
     if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || !gpu_set_valid(set, x.cols)) return -1;
+    if (n > 1 && tpg != 2 && tpg != 4 && tpg != 8) return -1;
     if (swar && (n > 1 || !gpu_mmvq_swar_fits(x.cols))) return -1;
     switch (set.w[0].type) {
-#define F(T) return mmvq_type<T>(set, x, n, tpr, rpw, swar, add, s)
+#define F(T) return mmvq_type<T>(set, x, n, tpr, rpw, tpg, swar, add, s)
         GPU_QTYPE_CASES(F)
 #undef F
     default:

@@ -5,17 +5,18 @@
 #include "common.h"
 
 // Tokens one mmvq launch takes; larger batches go to mmq.
-#define GPU_MMVQ_MAX_TOKENS 8
+#define GPU_MMVQ_MAX_TOKENS 32
 
 // y[i] (n, rows) = x (n, cols) · w[i]ᵀ for every member of the set (one
 // launch): when n = 1 with tpr threads per row (16, 32, 64, 128 or 256); when
-// n > 1 with 32 threads for every rpw rows (1, 2 or 4); with add, y[i] += the
-// product instead. swar (n = 1 and gpu_mmvq_swar_fits only): the SWAR dot
+// n > 1 with 32 threads for every rpw rows (1, 2 or 4) and the tokens in
+// groups of tpg (2, 4 or 8; each group reads the weights again); with add,
+// y[i] += the product instead. swar (n = 1 and gpu_mmvq_swar_fits only): the SWAR dot
 // product of compat's portable.h instead of dp4a, with the same results, for
 // targets without a native dp4a (gpu_device_info.has_dp4a). Returns 0 once
 // enqueued on s, -1 for a set, type, n, tpr, rpw or swar it does not take
 // (nothing enqueued).
-int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, bool swar, bool add,
+int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar, bool add,
              gpuStream_t s);
 
 // Whether the SWAR form takes rows of cols activations (its staged copy, two
@@ -41,5 +42,9 @@ int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar);
 // tokens: the most that still give the device's n_sm multiprocessors about a
 // block each.
 int gpu_pick_rpw(int64_t rows, int n_sm);
+// The tokens per group (2, 4 or 8) the backend uses by default for n tokens
+// and rows rows at rpw rows per 32 threads: the largest group that still
+// gives the device's n_sm multiprocessors two blocks each.
+int gpu_pick_tpg(int64_t rows, int rpw, int n, int n_sm);
 
 #endif
