@@ -287,19 +287,21 @@ int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar) {
     return swar && tpr > 16 ? tpr / 2 : tpr;
 }
 
+// Both picks are fitted to `test_ops --perf-only batch` (every form at the
+// test models' decode shapes, n = 8, 16 and 32; docs/PERF.md): 4 rows a warp
+// and groups of 4 tokens were the best or near it at most shapes, small
+// matrices want more blocks. Fitted on an H100; on the H200 the picks come
+// to 1.07x the best form in geometric mean over the table.
 int gpu_pick_tpg(int64_t rows, int rpw, int n, int n_sm) {
-    // the largest group that still gives every multiprocessor two blocks
+    // groups of 4; of 2 where a group's blocks would give fewer than half the
+    // multiprocessors a block and the batch is not large
     const int64_t blocks = gpu_cdiv(rows, GPU_BLOCK / 32 * rpw);
-    int tpg = 8;
-    while (tpg > 2 && blocks * gpu_cdiv(n, tpg) < (int64_t)n_sm * 2) tpg /= 2;
-    return tpg;
+    return n <= 16 && blocks * 2 < n_sm ? 2 : 4;
 }
 
 int gpu_pick_rpw(int64_t rows, int n_sm) {
-    // as many rows a group as leave at least 3/4 of a block per multiprocessor
-    int rpw = 4;
-    while (rpw > 1 && gpu_cdiv(rows, GPU_BLOCK / 32 * rpw) * 4 < (int64_t)n_sm * 3) rpw /= 2;
-    return rpw;
+    // 4 rows a warp; 2 where that leaves less than 3/4 of a block per multiprocessor
+    return gpu_cdiv(rows, GPU_BLOCK / 32 * 4) * 4 < (int64_t)n_sm * 3 ? 2 : 4;
 }
 
 // The stage in dynamic shared memory, leaving 2 KiB for the kernel's own (the

@@ -38,13 +38,13 @@ int gpu_mmvq_items_per_row(int type, int64_t cols);
 // weights) on a device with n_sm multiprocessors, for the dp4a form or (swar)
 // the SWAR form.
 int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar);
-// The rows per 32 threads (1, 2 or 4) the backend uses by default for several
-// tokens: the most that still give the device's n_sm multiprocessors about a
-// block each.
+// The rows per 32 threads (2 or 4) the backend uses by default for several
+// tokens: 4, or 2 where a matrix has too few rows to give the device's n_sm
+// multiprocessors 3/4 of a block each.
 int gpu_pick_rpw(int64_t rows, int n_sm);
-// The tokens per group (2, 4 or 8) the backend uses by default for n tokens
-// and rows rows at rpw rows per 32 threads: the largest group that still
-// gives the device's n_sm multiprocessors two blocks each.
+// The tokens per group (2 or 4) the backend uses by default for n tokens and
+// rows rows at rpw rows per 32 threads: 4, or 2 where n <= 16 and a group's
+// blocks would leave more than half the n_sm multiprocessors without one.
 int gpu_pick_tpg(int64_t rows, int rpw, int n, int n_sm);
 
 #endif
