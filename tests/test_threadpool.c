@@ -166,9 +166,12 @@ static void test_workers_share(void) {
 // Chunks that keep the CPU busy for chunk_us each.
 static atomic_int chunk_us;
 static void busy_chunk(void *arg, int chunk, int ith) {
-    (void)ith;
     struct job *j = arg;
     const double t0 = st_time_s(), us = atomic_load(&chunk_us);
+    if (ith < 0 || ith >= j->n_threads)
+        atomic_fetch_add(&j->bad_ith, 1);
+    else
+        atomic_fetch_add(&j->seen_ith[ith], 1);
     while ((st_time_s() - t0) * 1e6 < us) {}
     atomic_fetch_add(&j->runs[chunk], 1);
 }
@@ -236,13 +239,87 @@ static void test_default_threads(void) {
     CHECK(n >= 1 && n <= 4096, "threadpool_default_threads() = %d", n);
 }
 
-int main(void) {
+// Spins for us microseconds (the caller's pause between jobs, as a server's
+// step spends it waiting for the device).
+static void pause_us(double us) {
+    const double t0 = st_time_s();
+    while ((st_time_s() - t0) * 1e6 < us) {}
+}
+
+// Jobs at a steady period, then early, on time, late, after a pause that ends
+// the period, and steady again: every chunk runs once whether a worker is in
+// its timed sleep, spinning across the due time, or asleep for good.
+static void test_periodic_jobs(void) {
+    static const double pauses[] = {1500, 1500, 1500, 1500, 1500,  1500, 1700, 1500, 300, 1500,
+                                    3000, 1500, 150,  1500, 25000, 1500, 1500, 1500, 900, 1500};
+    static struct job j;
+    for (int nt = 2; nt <= 4; nt += 2) {
+        struct threadpool *tp = threadpool_init(nt);
+        if (!tp) {
+            CHECK(0, "threadpool_init: %s", st_last_error());
+            return;
+        }
+        for (int rep = 0; rep < 2 * (int)(sizeof pauses / sizeof *pauses); rep++) {
+            pause_us(pauses[rep % (sizeof pauses / sizeof *pauses)]);
+            const int n = 2 + rep % 8;
+            job_reset(&j, nt, 0);
+            atomic_store(&chunk_us, 20);
+            threadpool_run_chunks(tp, busy_chunk, &j, n);
+            char what[64];
+            snprintf(what, sizeof what, "periodic job %d, %d threads", rep, nt);
+            if (!job_ok(&j, n, what)) break;
+        }
+        threadpool_free(tp);
+    }
+}
+
+// --perf: jobs of one 20 µs chunk a thread after pauses of each length, as a
+// server samples its sequences after each step: the time a job takes and
+// the share of chunks the workers ran (the caller runs them all while the
+// workers are still waking up).
+static void perf(void) {
+    static const double pauses[] = {50, 300, 1500, 5000};
+    static struct job j;
+    const int cores = threadpool_default_threads();
+    printf("| threads | pause us | job us (one chunk: 20) | chunks on workers |\n|---|---|---|---|\n");
+    for (int nt = 2; nt <= 8 && nt <= cores; nt *= 2) {
+        struct threadpool *tp = threadpool_init(nt);
+        if (!tp) {
+            CHECK(0, "threadpool_init: %s", st_last_error());
+            return;
+        }
+        atomic_store(&chunk_us, 20);
+        for (size_t k = 0; k < sizeof pauses / sizeof *pauses; k++) {
+            double sum = 0;
+            int on_workers = 0;
+            const int jobs = 300;
+            for (int rep = 0; rep < jobs; rep++) {
+                pause_us(pauses[k]);
+                job_reset(&j, nt, 0);
+                const double t0 = st_time_s();
+                threadpool_run_chunks(tp, busy_chunk, &j, nt);
+                sum += st_time_s() - t0;
+                for (int i = 1; i < nt; i++) on_workers += atomic_load(&j.seen_ith[i]);
+            }
+            printf("| %d | %.0f | %.1f | %.0f%% |\n", nt, pauses[k], sum / jobs * 1e6,
+                   100.0 * on_workers / (jobs * nt));
+        }
+        threadpool_free(tp);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--perf")) {
+        perf();
+        TEST_END();
+    }
     alarm(120); // a lost chunk would make the pool wait forever: fail instead of hanging
     RUN(test_chunks_once);
     RUN(test_back_to_back);
     RUN(test_compat_run);
     RUN(test_workers_share);
     RUN(test_contended_workers_sit_out);
+    RUN(test_periodic_jobs);
     RUN(test_default_threads);
     TEST_END();
 }

@@ -4,7 +4,9 @@
 // one at a time until none is left, so a worker that the OS has descheduled
 // delays the job by at most the one chunk it holds, never by a fixed share.
 // Workers spin briefly between jobs, then sleep (futex), so an idle engine and a
-// machine shared with other work cost no CPU; a worker that the scheduler keeps
+// machine shared with other work cost no CPU; where jobs come at a steady
+// period (a server's sampling after each step on a GPU), a worker wakes shortly
+// before the next one is due, so that it does not miss it; a worker that the scheduler keeps
 // waiting to run (its core busy with other work) sits out jobs for a while, so
 // that they run on the threads whose cores are free.
 #ifndef STRATA_THREADPOOL_H
