@@ -69,7 +69,7 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
 // the launch's dynamic shared memory), each made once for all the block's
 // rows, and for codebook types the table of codebook pairs.
 template <int T, int TPR, bool SWAR>
-__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, bool add) {
+__global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, bool add, int cbs) {
     using Q = gpu_qt<T>;
     constexpr int U = 8 / Q::R;
     st_launch_dependents();
@@ -87,15 +87,20 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     st_wait_prior();
     float acc[1] = {0.0f};
     if constexpr (SWAR && MMVQ_SWAR_BUILT) {
-        extern __shared__ uint4 mmvq_staged[];
-        __shared__ uint32_t cb[Q::CB ? 256 : 1]; // the codebook's pair table
+        extern __shared__ uint4 mmvq_smem[]; // CB types: the pair table's copies; the stage
         if constexpr (Q::CB) {
-            gpu_swar_cb_table(cb);
-            gpu_swar_stage_cb(x.qs, x.cols, mmvq_staged);
+            uint32_t *cb = (uint32_t *)mmvq_smem;
+            uint4 *staged = mmvq_smem + cbs * 256 / 4; // after the table's cbs · 256 words
+            gpu_swar_cb_table(cb, cbs);
+            gpu_swar_stage_cb(x.qs, x.cols, staged);
+            if (live)
+                acc[0] = mmvq_row<Q, TPR>(w, row, lane, items,
+                                          gpu_act_swar{staged, cb + (threadIdx.x & (cbs - 1)), cbs}, x.ds);
         } else {
-            gpu_swar_stage(x.qs, x.cols, mmvq_staged);
+            gpu_swar_stage(x.qs, x.cols, mmvq_smem);
+            if (live)
+                acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_smem, nullptr, 0}, x.ds);
         }
-        if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_swar{mmvq_staged, cb}, x.ds);
     } else {
         if (live) acc[0] = mmvq_row<Q, TPR>(w, row, lane, items, gpu_act_q8{x.qs}, x.ds);
     }
@@ -157,10 +162,13 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, g
 template <int T, int TPR>
 static void mmvq_launch(gpu_mat_set set, const gpu_q8 &x, bool swar, bool add, gpuStream_t s) {
     const unsigned grid = gpu_set_blocks(set, GPU_BLOCK / TPR);
-    if (swar)
-        ST_LAUNCH((mmvq_kernel<T, TPR, true>), grid, GPU_BLOCK, (size_t)x.cols * 2, s, set, x, add);
-    else
-        ST_LAUNCH((mmvq_kernel<T, TPR, false>), grid, GPU_BLOCK, 0, s, set, x, add);
+    if (swar) {
+        const int cbs = gpu_qt<T>::CB ? gpu_swar_cb_copies(x.cols) : 0;
+        ST_LAUNCH((mmvq_kernel<T, TPR, true>), grid, GPU_BLOCK, (size_t)cbs * 1024 + (size_t)x.cols * 2, s,
+                  set, x, add, cbs);
+    } else {
+        ST_LAUNCH((mmvq_kernel<T, TPR, false>), grid, GPU_BLOCK, 0, s, set, x, add, 0);
+    }
     GPU_CHECK_LAUNCH();
 }
 
@@ -304,9 +312,17 @@ int gpu_pick_rpw(int64_t rows, int n_sm) {
     return gpu_cdiv(rows, GPU_BLOCK / 32 * 4) * 4 < (int64_t)n_sm * 3 ? 2 : 4;
 }
 
-// The stage in dynamic shared memory, leaving 2 KiB for the kernel's own (the
-// codebook's pair table, the partial sums).
+// The stage in dynamic shared memory, leaving 2 KiB for the kernel's own (at
+// least one copy of the codebook's pair table, the partial sums).
 bool gpu_mmvq_swar_fits(int64_t cols) { return cols * 2 <= ST_MAX_DYN_SMEM - 2048; }
+
+int gpu_swar_cb_copies(int64_t cols) {
+    // at most 16: 32 (32 KiB) left room for only 5 blocks an SM on the H200,
+    // and IQ4_NL at 14336 x 4096 took 18.0 us against 17.2 at 16 (19.8 at 1)
+    int c = 16;
+    while (c > 1 && cols * 2 + (int64_t)c * 1024 > ST_MAX_DYN_SMEM - 1024) c /= 2;
+    return c;
+}
 
 int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar, bool add,
              gpuStream_t s) {

@@ -23,6 +23,12 @@ int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, i
 // bytes an activation, fits the shared memory of a launch).
 bool gpu_mmvq_swar_fits(int64_t cols);
 
+// The copies of the codebook's pair table (1 to 16, a power of two; see
+// gpu_act_swar) the SWAR form keeps for rows of cols activations: as many as
+// fit in a launch's shared memory beside the stage, less 1 KiB for the
+// kernel's own.
+int gpu_swar_cb_copies(int64_t cols);
+
 // The expert products of backend.h's matmul_id: w is n_exp matrices stacked
 // (w.rows = n_exp · rows); y (n, k, rows), pair (t, s) the product of expert
 // ids[t·k + s] with activation row t·x_slots + (x_slots > 1 ? s : 0) of x.

@@ -490,10 +490,17 @@ static __device__ __forceinline__ uint32_t gpu_swar_unit(uint32_t u) {
 // pair of codebook values i and j, as st_pair_even would make it,
 // gpu_swar_cb_table) against a stage that pairs elements k and k + 16
 // (gpu_swar_stage_cb), or the unsigned bytes, the bias taken off each lane.
+// The table is kept in cbs copies (a power of two, gpu_swar_cb_copies),
+// entry i of copy c at word i·cbs + c, and a thread reads copy threadIdx.x %
+// cbs: lanes reading different copies never meet on a bank, so a lookup of
+// random indices costs about 2 passes of the shared memory at 16 copies
+// instead of 3 to 4 at one (on the H200 the bank conflicts were half the
+// kernel's shared-memory passes).
 struct gpu_act_swar {
     static constexpr bool RAW = true;
     const uint4 *y;     // the stage
-    const uint32_t *cb; // CB types: the pair table
+    const uint32_t *cb; // CB types: this thread's copy of the pair table (stride cbs)
+    int cbs;            // CB types: the copies of the table
     struct run {
         uint32_t w[8];
     };
@@ -510,7 +517,7 @@ struct gpu_act_swar {
             if constexpr (Q::CB) { // q[0..1]: 8 index bytes, each a lane pair of the stage
                 if (i < 2)
 #pragma unroll
-                    for (int j = 0; j < 4; j++) x[4 * i + j] = cb[(w >> (8 * j)) & 0xFFu];
+                    for (int j = 0; j < 4; j++) x[4 * i + j] = cb[((w >> (8 * j)) & 0xFFu) * (uint32_t)cbs];
             } else if constexpr (Q::BIAS) { // unsigned bytes, the bias taken off each lane
                 x[2 * i] = st_pair_even(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
                 x[2 * i + 1] = st_pair_odd(w, 0) - (uint32_t)Q::BIAS * 0x00010001u;
@@ -523,13 +530,23 @@ struct gpu_act_swar {
     }
 };
 
-// Fills the pair table of gpu_act_swar (256 words of shared memory) from the
-// IQ4 codebook; the block's threads share the work (gpu_swar_stage's barrier
-// follows). Four interleaved copies, one per lane modulo 4 so that lanes
-// meet on a bank less often, measured no faster on the H200.
-static __device__ __forceinline__ void gpu_swar_cb_table(uint32_t *cb) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x)
-        cb[i] = (uint32_t)gpu_iq4_value(i & 15) + ((uint32_t)gpu_iq4_value(i >> 4) << 16);
+// Fills the pair table of gpu_act_swar (cbs copies, 256 · cbs words of
+// shared memory, 16-byte aligned) from the IQ4 codebook; the block's threads
+// share the work, one 16-byte unit a step (gpu_swar_stage's barrier follows).
+static __device__ __forceinline__ void gpu_swar_cb_table(uint32_t *cb, int cbs) {
+    int sh = 0; // log2(cbs)
+    while ((1 << sh) < cbs) sh++;
+    for (int u = threadIdx.x; u < cbs * 256 / 4; u += blockDim.x) { // words 4u .. 4u + 3
+        uint32_t t[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int i = (4 * u + j) >> sh; // the entry
+            t[j] = (j > 0 && cbs >= 4)
+                       ? t[0]
+                       : (uint32_t)gpu_iq4_value(i & 15) + ((uint32_t)gpu_iq4_value(i >> 4) << 16);
+        }
+        ((uint4 *)cb)[u] = make_uint4(t[0], t[1], t[2], t[3]);
+    }
 }
 
 // The stage of CB types (gpu_swar_cb_table's pairs): in each block of 32,
