@@ -318,7 +318,8 @@ bool gpu_mmvq_swar_fits(int64_t cols) { return cols * 2 <= ST_MAX_DYN_SMEM - 204
 
 int gpu_swar_cb_copies(int64_t cols) {
     // at most 16: 32 (32 KiB) left room for only 5 blocks an SM on the H200,
-    // and IQ4_NL at 14336 x 4096 took 18.0 us against 17.2 at 16 (19.8 at 1)
+    // where IQ4_NL's SWAR form at 14336 x 4096 took 18.0 us against 17.2 at
+    // 16 (19.8 at 1)
     int c = 16;
     while (c > 1 && cols * 2 + (int64_t)c * 1024 > ST_MAX_DYN_SMEM - 1024) c /= 2;
     return c;
