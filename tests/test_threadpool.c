@@ -313,6 +313,10 @@ int main(int argc, char **argv) {
         perf();
         TEST_END();
     }
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s [--perf]\n", argv[0]);
+        return 2;
+    }
     alarm(120); // a lost chunk would make the pool wait forever: fail instead of hanging
     RUN(test_chunks_once);
     RUN(test_back_to_back);

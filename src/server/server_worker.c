@@ -468,8 +468,7 @@ static void step_batch(struct server *s, int n_span, bool begin) {
     pthread_mutex_lock(&s->mu);
     const bool stopping = s->state == SRV_STOPPING;
     for (int i = 0; i < n_span; i++) {
-        struct run_state *r = &s->span_slots[i]->r;
-        if (!s->span_slots[i]->g_live) continue;
+        struct run_state *r = &s->span_slots[i]->r; // a span's slot runs a generation (g_live)
         if (begin) {
             r->batched = true;
             r->cancel_seen = r->j->cancel;
