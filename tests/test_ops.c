@@ -233,8 +233,8 @@ static bool is_float_type(enum ggml_type t) {
 }
 
 // Random weight data of type t (rows, cols): floats N(0, 1); quantized blocks
-// random bytes with scales ±[0.5, 1.5]·2^-6. The caller frees w.data.
-static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
+// random bytes with scales ±[0.5, 1.5]·2^-6 times gain. The caller frees w.data.
+static struct weight make_weight_gain(enum ggml_type t, int64_t rows, int64_t cols, double gain) {
     const struct quant_traits *qt = quant_get(t);
     struct weight w = {0};
     w.name = "w";
@@ -260,13 +260,16 @@ static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
         ST_ASSERT(hf);
         for (size_t b = 0; b < bytes / qt->type_size; b++)
             for (int k = 0; k < hf->n; k++) {
-                const float v = (float)((0.5 + rng_unit()) * (rng_u64() & 1 ? -1 : 1) / 64.0);
+                const float v = (float)((0.5 + rng_unit()) * (rng_u64() & 1 ? -1 : 1) / 64.0 * gain);
                 const uint16_t h = st_f32_to_fp16(v);
                 memcpy(d + b * qt->type_size + hf->off[k], &h, 2);
             }
     }
     w.data = d;
     return w;
+}
+static struct weight make_weight(enum ggml_type t, int64_t rows, int64_t cols) {
+    return make_weight_gain(t, rows, cols, 1.0);
 }
 
 // Size of the activation blocks backend `be` quantizes to for weights of
@@ -334,8 +337,11 @@ static double *matmul_bounds(const struct weight *w, const float *x, int n, int 
 
 // --- ops ---------------------------------------------------------------------------------
 
-static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols, int n) {
-    struct weight w = make_weight(t, rows, cols);
+static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols, int n,
+                             double gain) {
+    struct weight w = make_weight_gain(t, rows, cols, gain);
+    char gain_s[32] = "";
+    if (gain != 1.0) snprintf(gain_s, sizeof gain_s, " gain=%g", gain);
     const size_t nx = (size_t)n * cols, ny = (size_t)n * rows;
     float *x = xmalloc_f(nx), *want = xmalloc_f(ny), *got = xmalloc_f(ny);
     fill_normal(x, nx);
@@ -355,7 +361,9 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         // automatic choice may differ between them), every rows-per-warp choice
         // for several, and for prompt batches both forms of the tile product
         // (tensor cores, or their twin, and dp4a)
-        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4}, mmas[] = {-1, 1, 0};
+        // (tensor cores at both tile widths, 64 and 128 tokens a block)
+        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4}, mmas[] = {-1, 1, 1, 1, 0};
+        static const int tile_tokens[] = {0, 0, 64, 128, 0};
         const bool tile = n > GPU_MATVEC_MAX_BATCH && !is_float_type(t);
         const int *var = n == 1 ? tprs : tile ? mmas : rpws;
         const char *var_name = n == 1 ? " tpr=" : tile ? " mma=" : " rpw=";
@@ -376,19 +384,21 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_tokens(e->be, tpgs[sw]);
                 if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
+                if (e->gpu && tile) gpu_backend_set_tile_tokens(e->be, tile_tokens[k]);
 #endif
                 poison(e->be, by, ny);
                 e->be->matmul(e->be, &wb, bx, by, n);
                 char what[128];
                 if (n_var == 1)
-                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d", quant_name(t), (long long)rows,
-                             (long long)cols, n);
+                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s", quant_name(t), (long long)rows,
+                             (long long)cols, n, gain_s);
                 else {
                     char form[16] = "";
                     if (n_swar > 1) snprintf(form, sizeof form, "%s", sw ? " swar" : " dp4a");
                     if (n_tpg > 1) snprintf(form, sizeof form, " tpg=%d", tpgs[sw]);
-                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%d%s", quant_name(t),
-                             (long long)rows, (long long)cols, n, var_name, var[k], form);
+                    if (tile && tile_tokens[k]) snprintf(form, sizeof form, " tokens=%d", tile_tokens[k]);
+                    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%s%d%s", quant_name(t),
+                             (long long)rows, (long long)cols, n, gain_s, var_name, var[k], form);
                 }
                 if (!get(e->be, got, by, ny)) {
                     test_n_fail++;
@@ -413,7 +423,7 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         if (e->gpu)
             gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
                 gpu_backend_set_matvec_tokens(e->be, 0), gpu_backend_set_tensor_cores(e->be, -1),
-                gpu_backend_set_matvec_swar(e->be, -1);
+                gpu_backend_set_tile_tokens(e->be, 0), gpu_backend_set_matvec_swar(e->be, -1);
 #endif
         if (e->be->matmul_add) { // y0 + x·wᵀ: the bound grows by the add's rounding
             float *y0 = xmalloc_f(ny), *want_add = xmalloc_f(ny);
@@ -479,8 +489,17 @@ static void test_matmul(const struct be_entry *e) {
             s = shapes32, ns = sizeof shapes32 / sizeof *shapes32;
         else
             s = shapes256, ns = sizeof shapes256 / sizeof *shapes256;
-        for (size_t k = 0; k < ns; k++, cases++) test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2]);
+        for (size_t k = 0; k < ns; k++, cases++) test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2], 1.0);
     }
+    // weights beyond the half range either way (scales of about 2^10 and
+    // 2^-23, the largest and smallest a block's half can hold; the tensor-core
+    // tiles hold the weights as halves), through every form of the tiles
+    static const enum ggml_type range_types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
+                                                 GGML_TYPE_Q6_K};
+    static const double gains[] = {0x1p16, 0x1p-17};
+    for (size_t ti = 0; ti < sizeof range_types / sizeof *range_types; ti++)
+        for (size_t g = 0; g < sizeof gains / sizeof *gains; g++, cases++)
+            test_matmul_case(e, range_types[ti], 70, 512, 40, gains[g]);
     printf("  %s %s matmul: %d shapes over %zu types\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name,
            cases, N_TYPES);
 }
@@ -1391,7 +1410,12 @@ static void test_moe(const struct be_entry *e) {
 static void test_gpu_setters(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int bad_tpr[] = {-1, 1, 8, 48, 512}, bad_rpw[] = {-1, 3, 8}, bad_mma[] = {-2, 2};
-    static const int bad_tpg[] = {-1, 1, 3, 16};
+    static const int bad_tpg[] = {-1, 1, 3, 16}, bad_tt[] = {-1, 32, 96, 256};
+    for (size_t i = 0; i < sizeof bad_tt / sizeof *bad_tt; i++)
+        if (gpu_backend_set_tile_tokens(e->be, bad_tt[i]) != -1 || !strstr(st_last_error(), "tile tokens")) {
+            printf("  FAIL tile tokens %d accepted or refused without its message\n", bad_tt[i]);
+            test_n_fail++;
+        }
     for (size_t i = 0; i < sizeof bad_tpr / sizeof *bad_tpr; i++)
         if (gpu_backend_set_matvec_split(e->be, bad_tpr[i]) != -1 ||
             !strstr(st_last_error(), "threads per row")) {
@@ -1423,7 +1447,7 @@ static void test_gpu_setters(const struct be_entry *e) {
         }
     if (gpu_backend_set_matvec_split(e->be, 0) || gpu_backend_set_matvec_rows(e->be, 0) ||
         gpu_backend_set_matvec_tokens(e->be, 0) || gpu_backend_set_tensor_cores(e->be, -1) ||
-        gpu_backend_set_matvec_swar(e->be, -1)) {
+        gpu_backend_set_tile_tokens(e->be, 0) || gpu_backend_set_matvec_swar(e->be, -1)) {
         printf("  FAIL the automatic choices refused: %s\n", st_last_error());
         test_n_fail++;
     }
@@ -1468,8 +1492,8 @@ static void test_argmax(const struct be_entry *e) {
 
 // --- benchmarks ------------------------------------------------------------------------
 
-// The prompt products: a 512-token product of each type and shape, as integer
-// operations a second against the int8 tile-product rate measured first.
+// The prompt products: a 512-token product of each type and shape, as
+// operations a second against the half-precision tile-product rate measured first.
 // only: "TYPE:ROWSxCOLSx512" restricts the table to one type and shape, or NULL.
 static void perf_prompt(struct backend *be, const char *only, const enum ggml_type *types, size_t n_types) {
     enum { N = 512 };
@@ -1481,7 +1505,9 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
         test_n_fail++;
         return;
     }
-    printf("\nint8 tile-product ceiling: %.0f TOPS (st_mma_s8_k32 from registers, median of 15)\n", peak);
+    printf("\nhalf-precision tile-product ceiling: %.0f TFLOPS (st_mma_f16_k16 from registers, median of "
+           "15)\n",
+           peak);
     printf("matrix x matrix, %d tokens (the prompt products; 2 copies of the weights rotating; median of\n"
            "10 passes)\n| type | rows x cols | us | TOPS | of ceiling |\n|---|---|---|---|---|\n",
            N);

@@ -96,9 +96,9 @@ static int print_devices(void) {
             continue;
         }
         printf("device %d: %s | %s | warp %d | %d SMs | %.1f GiB free of %.1f GiB | code %s | "
-               "int8 tensor cores %s | overlapped launches %s | int8 dot %s | %s\n",
+               "tensor cores %s | overlapped launches %s | int8 dot %s | %s\n",
                i, d.name, d.arch, d.warp_size, d.n_sm, d.free_bytes / 1073741824.0,
-               d.total_bytes / 1073741824.0, d.has_code ? "yes" : "no", d.has_mma_s8 ? "yes" : "no",
+               d.total_bytes / 1073741824.0, d.has_code ? "yes" : "no", d.has_mma ? "yes" : "no",
                d.has_pdl ? "yes" : "no", d.has_dp4a ? "dp4a" : "swar", gpu_policy_name(d.policy));
         if (d.note[0]) printf("  %s\n", d.note);
     }

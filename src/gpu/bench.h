@@ -1,5 +1,5 @@
 // bench.h: the ceilings benchmarks are held to: read bandwidth and the
-// int8 tensor-core rate (see bench.cu).
+// half-precision tensor-core rate (see bench.cu).
 #ifndef STRATA_GPU_BENCH_H
 #define STRATA_GPU_BENCH_H
 
@@ -11,8 +11,8 @@
 // recorded (gpu_record_error).
 int gpu_read_bandwidth(size_t bytes, int reps, int n_sm, gpuStream_t s, double *gbps);
 
-// Median int8 tile-product rate (1e12 operations/s, a multiply and an add
-// each) over reps timed launches of a kernel that runs st_mma_s8_k32 on
+// Median half-precision tile-product rate (1e12 operations/s, a multiply and
+// an add each) over reps timed launches of a kernel that runs st_mma_f16_k16 on
 // registers in n_sm·4 blocks, after one warm-up launch: the tensor cores'
 // rate where the target has them, the compat layer's twin elsewhere.
 // Returns 0, or -1 with the error recorded.

@@ -27,6 +27,9 @@ struct gpu_mat {
     int64_t rows, cols;
     const uint8_t *bulk; // quantized: [rows * cols/QK][bulk bytes]; float types: [rows][cols]
     const uint8_t *rest; // quantized: [rows * cols/QK][rest bytes]; float types: NULL
+    // quantized: the power of two the tensor-core tiles divide the weights by
+    // to hold them as halves (gpu_weight_scale), after the rest; else NULL
+    const float *hscale;
 };
 
 // Matrices of one type and width that take the same input (Q, K and V; gate
@@ -87,6 +90,15 @@ static __device__ __forceinline__ unsigned gpu_set_member(const gpu_mat_set &s, 
 struct gpu_q8 {
     const int8_t *qs; // (n, cols) int8
     const float2 *ds; // (n, cols/32): (d, d · Σq)
+    int64_t cols;
+};
+
+// Activations in half precision for the tensor-core tile products, each row
+// scaled by a power of two that brings its largest magnitude into [2^14,
+// 2^15): value = sc[t] · h[t][c].
+struct gpu_h16 {
+    const uint16_t *h; // (n, cols) IEEE binary16 bits
+    const float *sc;   // (n) powers of two
     int64_t cols;
 };
 

@@ -21,14 +21,14 @@
 // marker and the warp size, the lane its width-ST_WARP_SIZE broadcast of lane
 // 0 came from: the first lane of its own warp when the device's sub-groups
 // are as wide as the kernels assume.
-// Then out[2 + PROBE_THREADS] is ST_HAS_MMA_S8 of the code the device runs
+// Then out[2 + PROBE_THREADS] is ST_HAS_MMA of the code the device runs
 // out[3 + PROBE_THREADS] its ST_HAS_PDL and out[4 + PROBE_THREADS] its ST_HAS_DP4A.
 #define PROBE_THREADS 128
 __global__ void probe_kernel(int *out) {
     if (threadIdx.x == 0) {
         out[0] = 0x5717A;
         out[1] = ST_WARP_SIZE;
-        out[2 + PROBE_THREADS] = ST_HAS_MMA_S8;
+        out[2 + PROBE_THREADS] = ST_HAS_MMA;
         out[3 + PROBE_THREADS] = ST_HAS_PDL;
         out[4 + PROBE_THREADS] = ST_HAS_DP4A;
     }
@@ -138,7 +138,7 @@ static int probe(struct gpu_device_info *o) {
     }
     (void)gpuFree(d);
     o->has_code = e == gpuSuccess && h[0] == 0x5717A && h[1] == o->warp_size;
-    o->has_mma_s8 = o->has_code && h[2 + PROBE_THREADS] == 1;
+    o->has_mma = o->has_code && h[2 + PROBE_THREADS] == 1;
     o->has_pdl = o->has_code && h[3 + PROBE_THREADS] == 1;
     o->has_dp4a = o->has_code && h[4 + PROBE_THREADS] == 1;
     // the first thread whose broadcast came from another lane than its warp's first

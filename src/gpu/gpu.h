@@ -30,11 +30,11 @@ struct gpu_device_info {
     int n_sm;      // multiprocessors / compute units
     size_t l2_bytes;
     uint64_t total_bytes, free_bytes;
-    bool has_code;   // this binary holds kernels the device runs, of its warp size
-    bool has_mma_s8; // and they multiply int8 tiles on tensor cores (ST_HAS_MMA_S8)
-    bool has_pdl;    // and wait for the kernel before them, so launches may overlap (ST_HAS_PDL)
-    bool has_dp4a;   // and compute dp4a in one instruction (ST_HAS_DP4A); else matrix x vector
-                     // products take the SWAR dot product (mmvq.h)
+    bool has_code; // this binary holds kernels the device runs, of its warp size
+    bool has_mma;  // and they multiply half-precision tiles on tensor cores (ST_HAS_MMA)
+    bool has_pdl;  // and wait for the kernel before them, so launches may overlap (ST_HAS_PDL)
+    bool has_dp4a; // and compute dp4a in one instruction (ST_HAS_DP4A); else matrix x vector
+                   // products take the SWAR dot product (mmvq.h)
     enum gpu_policy policy;
     char note[320]; // why the policy is what it is, and what to do
 };
@@ -103,6 +103,12 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group);
 // message for another value.
 int gpu_backend_set_tensor_cores(struct backend *be, int mode);
 
+// Tokens a block of the tensor-core tiles takes: 128 (or 64 where a type's
+// steps are 128 columns wide), 64, or 0 the backend's choice (the default:
+// 128 unless that would leave multiprocessors without a block). Returns 0,
+// or -1 with a message for another value.
+int gpu_backend_set_tile_tokens(struct backend *be, int tokens);
+
 // The dot product of one-token quantized products: 1 the SWAR form (the same
 // results as dp4a, two products a 32-bit multiply; rows wider than the
 // shared memory takes still use dp4a), 0 dp4a, -1 the backend's choice (the
@@ -120,8 +126,8 @@ void gpu_backend_argmax(struct backend *be, const float *x, int n, int32_t *out)
 // loads over a buffer of `bytes`. Returns 0, or -1 with a message.
 int gpu_bench_read_bw(struct backend *be, size_t bytes, int reps, double *gbps);
 
-// Int8 tile products a second (1e12 operations, a multiply and an add each)
-// from registers: the prompt products' ceiling (tensor cores where the device
+// Half-precision tile products a second (1e12 operations, a multiply and an
+// add each) from registers: the prompt products' ceiling (tensor cores where the device
 // has them, else the compat layer's twin). Returns 0, or -1 with a message.
 int gpu_bench_mma(struct backend *be, int reps, double *tops);
 

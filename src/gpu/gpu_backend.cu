@@ -76,19 +76,23 @@ struct gpu_be {
     int tpr;       // threads per row of matrix × vector; 0: per matrix
     int rpw;       // rows per 32 threads of a several-token matrix × vector; 0: per matrix
     int tpg;       // tokens per group of a several-token matrix × vector; 0: per matrix
-    bool has_mma;  // the device multiplies int8 tiles on tensor cores
+    bool has_mma;  // the device multiplies half-precision tiles on tensor cores
     bool mma;      // prompt batches' products take the tensor-core form
+    int tile_bn;   // tokens a block of the tensor-core tiles takes; 0: per product
     bool has_dp4a; // the device computes dp4a in one instruction
     bool swar;     // one-token products take the SWAR dot product (mmvq.h)
     void **bufs;   // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
-    // activations quantized for the integer products: qs (n, cols) then ds
+    // activations converted for the products: the integer products' 8-bit
+    // blocks, qs (n, cols) then ds, or (q8_half) the tensor-core tiles'
+    // halves, h (n, cols) then sc (n)
     int8_t *q8;
     size_t q8_cap;
     const float *q8_src; // what q8 holds while q8_valid
     int q8_n;
     int64_t q8_cols;
     bool q8_valid;
+    bool q8_half;
     float *att_part; // attention's partial results
     size_t att_cap;
     float *bench_y; // gpu_bench_matmul's output
@@ -317,7 +321,7 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
                        (long long)w->cols, quant_name(w->type), w->row_bytes);
     const int64_t rows = w->rows * (w->n_expert > 0 ? w->n_expert : 1); // experts stacked
     const size_t bytes = (size_t)rows * w->row_bytes;
-    void *dev = gb_alloc(be, bytes);
+    void *dev = gb_alloc(be, gpu_weight_bytes(w->type, rows, w->row_bytes));
     if (!dev) return -1;
     if (!quantized) {
         GPU_CHECK(gpuMemcpyAsync(dev, w->data, bytes, gpuMemcpyHostToDevice, g->stream));
@@ -326,8 +330,10 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
         const int64_t total = rows * (w->cols / l.qk);
         int64_t chunk = (64 << 20) / l.bytes;
         if (chunk > total) chunk = total;
-        void *stage = NULL;
-        if (GPU_CHECK(gpuMalloc(&stage, (size_t)chunk * l.bytes))) {
+        void *stage = NULL; // also the scratch of gpu_weight_scale
+        size_t stage_bytes = (size_t)chunk * l.bytes;
+        if (stage_bytes < GPU_RANGE_PARTS * sizeof(float)) stage_bytes = GPU_RANGE_PARTS * sizeof(float);
+        if (GPU_CHECK(gpuMalloc(&stage, stage_bytes))) {
             gb_release(be, dev);
             tl_error_set = 0;
             return st_fail("weight %.*s: cannot allocate its staging buffer: %s", w->name_len, wname(w),
@@ -339,6 +345,7 @@ static int gb_prepare_weight(struct backend *be, const struct weight *w) {
                                      (size_t)nb * l.bytes, gpuMemcpyHostToDevice, g->stream));
             gpu_repack(w->type, rows, w->cols, dev, stage, b0, nb, g->stream);
         }
+        gpu_weight_scale(gpu_mat_of(w->type, rows, w->cols, dev), (float *)stage, g->stream);
         GPU_CHECK(gpuStreamSynchronize(g->stream));
         (void)gpuFree(stage);
     }
@@ -403,23 +410,48 @@ static bool q8_slot(struct gpu_be *g, int n, int64_t cols, gpu_q8 *q) {
     return true;
 }
 
-// The cache holds the 8-bit form of x (n, cols) from now on.
-static void q8_hold(struct gpu_be *g, const float *x, int n, int64_t cols) {
+// The cache holds the 8-bit form (or with half, the half-precision form) of
+// x (n, cols) from now on.
+static void q8_hold(struct gpu_be *g, const float *x, int n, int64_t cols, bool half) {
     g->q8_src = x;
     g->q8_n = n;
     g->q8_cols = cols;
     g->q8_valid = true;
+    g->q8_half = half;
+}
+
+static bool q8_holds(const struct gpu_be *g, const float *x, int n, int64_t cols, bool half) {
+    return g->q8_valid && g->q8_src == x && g->q8_n == n && g->q8_cols == cols && g->q8_half == half;
 }
 
 // The 8-bit form of x (n, cols), quantized now or kept from the op that wrote x.
 static bool quantized_input(struct gpu_be *g, const float *x, int n, int64_t cols, gpu_q8 *q) {
-    if (g->q8_valid && g->q8_src == x && g->q8_n == n && g->q8_cols == cols) {
+    if (q8_holds(g, x, n, cols, false)) {
         q8_view(g, n, cols, q);
         return true;
     }
     if (!q8_slot(g, n, cols, q)) return false;
     gpu_quantize_q8(x, (int8_t *)q->qs, (float2 *)q->ds, n, cols, g->stream);
-    q8_hold(g, x, n, cols);
+    q8_hold(g, x, n, cols, false);
+    return true;
+}
+
+// The half-precision form of x (n, cols) for the tensor-core tiles, in the
+// same cache: converted now or kept from the product before.
+static bool half_input(struct gpu_be *g, const float *x, int n, int64_t cols, gpu_h16 *h) {
+    const size_t h_bytes = ((size_t)n * cols * sizeof(uint16_t) + 255) & ~(size_t)255;
+    const bool kept = q8_holds(g, x, n, cols, true);
+    if (!kept) {
+        g->q8_valid = false;
+        if (!grow(g, (void **)&g->q8, &g->q8_cap, h_bytes + (size_t)n * sizeof(float))) return false;
+    }
+    h->h = (const uint16_t *)g->q8;
+    h->sc = (const float *)(g->q8 + h_bytes);
+    h->cols = cols;
+    if (!kept) {
+        gpu_quantize_f16(x, (uint16_t *)h->h, (float *)h->sc, n, cols, g->stream);
+        q8_hold(g, x, n, cols, true);
+    }
     return true;
 }
 
@@ -438,7 +470,7 @@ static void gb_rms_norm(struct backend *be, const struct weight *w, const float 
     gpu_q8 q = {NULL, NULL, dim};
     if (dim % 32 || !q8_slot(g, n, dim, &q)) q.qs = NULL;
     if (gpu_rms_norm(x, (const float *)dev, out, n, dim, eps, (int8_t *)q.qs, (float2 *)q.ds, g->stream))
-        q8_hold(g, out, n, dim);
+        q8_hold(g, out, n, dim, false);
     take_error(g);
 }
 
@@ -477,12 +509,16 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
     set.count = n_w;
     const gpu_mat &m = set.w[0];
     if (!m.rest || n > GPU_MATVEC_MAX_BATCH) { // one launch a weight
-        gpu_q8 q;
-        if (m.rest && !quantized_input(g, x, n, m.cols, &q)) return 0; // the error is recorded
+        gpu_q8 q = {};
+        gpu_h16 h = {};
+        const bool half = m.rest && g->mma;
+        if (half ? !half_input(g, x, n, m.cols, &h) : m.rest && !quantized_input(g, x, n, m.cols, &q))
+            return 0; // the error is recorded
         for (int i = 0; i < n_w; i++) {
-            const int rc = m.rest ? gpu_mmq(set.w[i], q, y[i], n, g->mma, add, g->stream)
-                                  : gpu_gemv_float(set.w[i], x, y[i], n,
-                                                   matvec_tpr(g, set.w[i], set.w[i].rows), add, g->stream);
+            const int rc = half     ? gpu_mmh(set.w[i], h, y[i], n, add, g->tile_bn, g->n_sm, g->stream)
+                           : m.rest ? gpu_mmq(set.w[i], q, y[i], n, add, g->stream)
+                                    : gpu_gemv_float(set.w[i], x, y[i], n,
+                                                     matvec_tpr(g, set.w[i], set.w[i].rows), add, g->stream);
             if (rc) return rc;
         }
         return 0;
@@ -703,7 +739,7 @@ static void gb_attention(struct backend *be, const float *q, const void *k_cache
                 "attention: head_dim %d over the GPU limit of %d, or %d heads not in groups of %d "
                 "kv heads",
                 head_dim, GPU_ATTN_MAX_HEAD_DIM, n_head, n_head_kv);
-    if (!rc && oq.qs) q8_hold(g, out, r->n, row);
+    if (!rc && oq.qs) q8_hold(g, out, r->n, row, false);
     take_error(g);
 }
 
@@ -714,7 +750,7 @@ static void gb_glu(struct backend *be, enum glu_act act, const float *gt, const 
     gpu_q8 q = {NULL, NULL, dim}; // the 8-bit form of out with it, for the down product
     if (dim % 32 || !q8_slot(g, n, dim, &q)) q.qs = NULL;
     if (gpu_glu(act, gt, u, out, n, dim, stride, (int8_t *)q.qs, (float2 *)q.ds, g->stream))
-        q8_hold(g, out, n, dim);
+        q8_hold(g, out, n, dim, false);
     take_error(g);
 }
 
@@ -913,7 +949,7 @@ struct backend *backend_gpu_init(int device, char *warn, size_t warn_cap) {
     }
     g->device = device;
     g->n_sm = info.n_sm;
-    g->has_mma = info.has_mma_s8;
+    g->has_mma = info.has_mma;
     g->mma = mma_default(g);
     g->has_dp4a = info.has_dp4a;
     g->swar = !g->has_dp4a;
@@ -1000,6 +1036,14 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group) {
         return st_fail("tokens per group %d: use 2, 4, 8 or 0 (automatic)", t);
     graphs_clear(gb(be));
     gb(be)->tpg = t;
+    return 0;
+}
+
+int gpu_backend_set_tile_tokens(struct backend *be, int tokens) {
+    if (tokens != 0 && tokens != 64 && tokens != 128)
+        return st_fail("tile tokens %d: use 64, 128 or 0 (automatic)", tokens);
+    graphs_clear(gb(be));
+    gb(be)->tile_bn = tokens;
     return 0;
 }
 

@@ -1,19 +1,26 @@
-// mmq.cu: quantized matrix × matrix for prompt batches, as integer products of
-// int8 weights and activations: on tensor cores (mma.sync, NVIDIA sm_80+) or
-// on dp4a (four int8 pairs per instruction), which runs on every target of the
-// compat layer, the portable form included.
+// mmq.cu: quantized matrix × matrix for prompt batches, in two forms.
 //
-// A 256-thread block computes a 64-row × 64-token tile of y, stepping through
-// the columns 128 at a time: it unpacks the weight chunks of the step into
-// shared memory as int8 with one (d, m) per group of G elements (G = 32 for
-// types whose scales cover whole 32-blocks, 16 otherwise) and copies the
-// activations' int8 values and per-group (d, d·Σq). Then, per group, the dp4a
-// form has each thread form 4 × 4 outputs from integer dots; the tensor-core
-// form has each warp take 32 rows × 16 tokens as 2 × 2 tiles of 16 × 8
-// (st_mma_s8_k32 for G = 32, _k16 for G = 16). Both scale the group's integer
-// sums in float. Checked against the reference by tests/test_ops.c (ragged
-// rows, tokens and columns; both forms on every build, the tensor-core one
-// through the compat layer's shuffle twin where the target has no mma).
+// Tensor cores (mmh_kernel; NVIDIA sm_80+, the compat layer's twin
+// elsewhere): a 256-thread block computes a 64-row × 128-token tile of y,
+// stepping through the columns 64 at a time (64 tokens and 128 columns for
+// types whose chunks spread over 128 elements). It unpacks the step's weight
+// chunks into shared memory as halves (value (d·q + m) / hscale, the weight's
+// power of two that keeps them in the half range; converted once a block),
+// copies the activations' halves (gpu_h16: each token's row scaled by
+// a power of two), and each warp takes 32 rows × 32 tokens as 2 × 4 tiles of
+// 16 × 8 (st_mma_f16_k16, fragments by st_ldsm_x4) with float sums; the
+// token's scale multiplies the sum once at the end. The next step's loads are
+// in flight, staged in registers, while a step is computed.
+//
+// dp4a (mmq_kernel; every target): a 256-thread block computes a 64-row ×
+// 64-token tile from the weights unpacked as int8 with one (d, m) per group of
+// G elements (G = 32 for types whose scales cover whole 32-blocks, 16
+// otherwise) and the activations' 8-bit blocks (gpu_q8); per group each
+// thread forms 4 × 4 outputs from integer dots and scales them in float.
+//
+// Both are checked against the reference by tests/test_ops.c (ragged rows,
+// tokens and columns; both forms on every build, the tensor-core one through
+// the compat layer's twin where the target has no tensor cores).
 #include "mmq.h"
 #include "quants.h"
 
@@ -21,42 +28,6 @@
 #define MMQ_BN 64
 #define MMQ_BK 128
 #define MMQ_LD (MMQ_BK / 4 + 4) // ints per tile row; the 4 extra spread rows over the banks
-
-// A thread's global loads of one step of the columns, staged in registers
-// while the step before is computed: its weight chunk (threads below MMQ_BM ·
-// chunks per row and step; ok false past the row's end or the matrix) and
-// MMQ_XPT activation chunks of 16 bytes with their block's (d, d·Σq).
-#define MMQ_XPT (MMQ_BN * (MMQ_BK / 16) / GPU_BLOCK)
-template <class Q> struct mmq_stage {
-    gpu_chunk<Q::R> c;
-    bool ok;
-    int4 a[MMQ_XPT];
-    float2 ds[MMQ_XPT];
-};
-
-template <class Q>
-static __device__ __forceinline__ void mmq_fetch(const gpu_mat &w, const gpu_q8 &x, int n, int64_t row0,
-                                                 int tok0, int64_t k0, mmq_stage<Q> &s) {
-    constexpr int EPI = Q::QK / Q::QI, IPS = MMQ_BK / EPI; // elements per chunk, chunks per row and step
-    const int tid = threadIdx.x;
-    if (tid < MMQ_BM * IPS) {
-        const int64_t row = row0 + tid / IPS;
-        const int item = (int)(k0 / EPI) + tid % IPS;
-        s.ok = row < w.rows && item < (int)(w.cols / EPI);
-        if (s.ok) gpu_load_item<Q>(w, row, item, s.c);
-    }
-#pragma unroll
-    for (int u = 0; u < MMQ_XPT; u++) {
-        const int idx = tid + u * GPU_BLOCK, t = tok0 + idx / (MMQ_BK / 16);
-        const int64_t k = k0 + 16 * (idx % (MMQ_BK / 16));
-        s.a[u] = make_int4(0, 0, 0, 0);
-        s.ds[u] = make_float2(0.0f, 0.0f);
-        if (t < n && k < x.cols) {
-            s.a[u] = gpu_ld16(x.qs + t * x.cols + k);
-            s.ds[u] = x.ds[t * (x.cols / 32) + k / 32];
-        }
-    }
-}
 
 // Shared memory of a step: weights as int8 (rows, MMQ_BK) with one (d, m) per
 // group of G elements, activations as int8 (tokens, MMQ_BK) with (d, d·Σq).
@@ -107,7 +78,7 @@ static __device__ __forceinline__ void mmq_put_acts(mmq_smem<NG> &sh, int4 a, fl
     }
 }
 
-template <int T, bool MMA>
+template <int T>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     mmq_kernel(gpu_mat w, gpu_q8 x, float *y, int n, bool add) {
     st_wait_prior(); // no early start for the kernel after: it would hold room the tiles use
@@ -116,8 +87,6 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     constexpr int NG = MMQ_BK / G;         // groups per step
     constexpr int EPI = Q::QK / Q::QI;     // elements per chunk
     constexpr int IPS = MMQ_BK / EPI;      // chunks per row per step
-    static_assert(MMQ_BM * IPS <= GPU_BLOCK && MMQ_XPT * GPU_BLOCK == MMQ_BN * (MMQ_BK / 16),
-                  "one weight chunk and MMQ_XPT activation chunks a thread and step");
     __shared__ mmq_smem<NG> sh;
     auto &wq = sh.wq, &xq = sh.xq;
     auto &wd = sh.wd, &wm = sh.wm, &xd = sh.xd, &xs = sh.xs;
@@ -129,98 +98,39 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     const int tok0 = blockIdx.x * MMQ_BN;
     const int items = (int)(w.cols / EPI);
     const int64_t xblocks = x.cols / 32;
-    // tensor cores: warp wp takes rows wr .. wr+31 and tokens wt .. wt+15; lane
-    // (lg, lt) of its fragments holds rows lg, lg + 8 and tokens 2lt, 2lt + 1
-    // of each 16 × 8 tile
-    const int wp = tid / 32, lg = tid % 32 / 4, lt = tid % 4;
-    const int wr = (wp % 2) * 32, wt = (wp / 2) * 16;
-    float acc[4][4]; // dp4a: row ty + 16i, token tx + 16j; mma: tile (i/2, i%2), fragment element j
+    float acc[4][4]; // row ty + 16i, token tx + 16j
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
 
-    // On tensor cores the next step's loads are in flight while this one is
-    // computed (staged in registers); the dp4a form and the tensor-core twin,
-    // whose products hold more registers, load each chunk just before storing it.
-    constexpr bool AHEAD = MMA && ST_HAS_MMA_S8;
-    mmq_stage<Q> st;
-    if (AHEAD) mmq_fetch<Q>(w, x, n, row0, tok0, 0, st);
     for (int64_t k0 = 0; k0 < w.cols; k0 += MMQ_BK) {
-        if (AHEAD) {
-            if (tid < MMQ_BM * IPS) mmq_put_weights<Q, G, NG>(sh, st.c, st.ok, tid / IPS, tid % IPS, k0);
-#pragma unroll
-            for (int u = 0; u < MMQ_XPT; u++) {
-                const int idx = tid + u * GPU_BLOCK;
-                mmq_put_acts<G, NG>(sh, st.a[u], st.ds[u], idx / (MMQ_BK / 16), idx % (MMQ_BK / 16));
+        for (int idx = tid; idx < MMQ_BM * IPS; idx += GPU_BLOCK) {
+            const int r = idx / IPS, ii = idx % IPS;
+            const int64_t row = row0 + r;
+            const int item = (int)(k0 / EPI) + ii;
+            const bool ok = row < w.rows && item < items;
+            gpu_chunk<Q::R> c;
+            if (ok) gpu_load_item<Q>(w, row, item, c);
+            mmq_put_weights<Q, G, NG>(sh, c, ok, r, ii, k0);
+        }
+        for (int idx = tid; idx < MMQ_BN * (MMQ_BK / 16); idx += GPU_BLOCK) {
+            const int tt = idx / (MMQ_BK / 16), k16 = idx % (MMQ_BK / 16);
+            const int t = tok0 + tt;
+            const int64_t k = k0 + 16 * k16;
+            int4 a = make_int4(0, 0, 0, 0);
+            float2 ds = make_float2(0.0f, 0.0f);
+            if (t < n && k < x.cols) {
+                a = gpu_ld16(x.qs + t * x.cols + k);
+                ds = x.ds[t * xblocks + k / 32];
             }
-        } else {
-            for (int idx = tid; idx < MMQ_BM * IPS; idx += GPU_BLOCK) {
-                const int r = idx / IPS, ii = idx % IPS;
-                const int64_t row = row0 + r;
-                const int item = (int)(k0 / EPI) + ii;
-                const bool ok = row < w.rows && item < items;
-                gpu_chunk<Q::R> c;
-                if (ok) gpu_load_item<Q>(w, row, item, c);
-                mmq_put_weights<Q, G, NG>(sh, c, ok, r, ii, k0);
-            }
-            for (int idx = tid; idx < MMQ_BN * (MMQ_BK / 16); idx += GPU_BLOCK) {
-                const int tt = idx / (MMQ_BK / 16), k16 = idx % (MMQ_BK / 16);
-                const int t = tok0 + tt;
-                const int64_t k = k0 + 16 * k16;
-                int4 a = make_int4(0, 0, 0, 0);
-                float2 ds = make_float2(0.0f, 0.0f);
-                if (t < n && k < x.cols) {
-                    a = gpu_ld16(x.qs + t * x.cols + k);
-                    ds = x.ds[t * xblocks + k / 32];
-                }
-                mmq_put_acts<G, NG>(sh, a, ds, tt, k16);
-            }
+            mmq_put_acts<G, NG>(sh, a, ds, tt, k16);
         }
         __syncthreads();
-        if (AHEAD && k0 + MMQ_BK < w.cols) mmq_fetch<Q>(w, x, n, row0, tok0, k0 + MMQ_BK, st);
-#pragma unroll
-        for (int g = 0; g < NG && MMA; g++) {
-            int dot[4][4] = {}; // tile (mt, nt) at 2·mt + nt
-            const int c4 = g * G / 4;
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wr + 16 * mt + lg;
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    const int t = wt + 8 * nt + lg;
-                    if (G == 32) {
-                        const int a[4] = {wq[r][c4 + lt], wq[r + 8][c4 + lt], wq[r][c4 + 4 + lt],
-                                          wq[r + 8][c4 + 4 + lt]};
-                        const int b[2] = {xq[t][c4 + lt], xq[t][c4 + 4 + lt]};
-                        st_mma_s8_k32(dot[2 * mt + nt], a, b);
-                    } else {
-                        const int a[2] = {wq[r][c4 + lt], wq[r + 8][c4 + lt]};
-                        const int b[1] = {xq[t][c4 + lt]};
-                        st_mma_s8_k16(dot[2 * mt + nt], a, b);
-                    }
-                }
-            }
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) { // fragment rows lg, lg + 8
-                    const int r = wr + 16 * mt + 8 * h + lg;
-                    const float d = wd[r][g], m = wm[r][g];
-#pragma unroll
-                    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int t = wt + 8 * nt + 2 * lt + e;
-                            float &o = acc[2 * mt + nt][2 * h + e];
-                            o += d * xd[t][g] * (float)dot[2 * mt + nt][2 * h + e];
-                            if (Q::MIN) o += m * xs[t][g];
-                        }
-                }
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < NG && !MMA; g++) {
+        // one group at a time: unrolled, the groups' loads overlap and the
+        // AMD wave32 targets run out of registers
+#pragma unroll 1
+        for (int g = 0; g < NG; g++) {
             int dot[4][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -260,29 +170,228 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
     for (int i = 0; i < 4; i++) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int64_t row = row0 + (MMA ? wr + 16 * (i / 2) + 8 * (j / 2) + lg : ty + 16 * i);
-            const int t = tok0 + (MMA ? wt + 8 * (i % 2) + 2 * lt + j % 2 : tx + 16 * j);
+            const int64_t row = row0 + ty + 16 * i;
+            const int t = tok0 + tx + 16 * j;
             if (row < w.rows && t < n) gpu_store(y + t * w.rows + row, acc[i][j], add);
         }
     }
 }
 
+// --- the tensor-core form ------------------------------------------------------------
+
+// A block's tile: MMH_BM rows × BN tokens, stepping BK columns at a time;
+// BK = 64, or 128 where a type's chunks spread over 128 elements (Q::SPAN);
+// BN = 128 tokens (WIDE) or 64, and 64 where BK is 128, so that every shape
+// fits the same shared memory. Eight warps of 32 rows × BN/4 tokens.
+#define MMH_BM 64
+#define MMH_AREA 8192     // the largest BN · BK
+#define MMH_TILE_LANES 32 // the lanes of one tile product (a 64-lane wave holds two)
+template <class Q, bool WIDE> struct mmh_shape {
+    static constexpr int BK = Q::SPAN > 64 ? 128 : 64, BN = WIDE ? MMH_AREA / BK : 64;
+    static constexpr int XPT = BN * BK / 8 / GPU_BLOCK; // 16-byte activation units a thread and step
+    static constexpr int LD = BK / 2 + 4; // words (half pairs) a tile row; 4 more spread rows over the banks
+    static constexpr int NT = BN / 4 / 8; // 16 × 8 tiles a warp along the tokens
+    static constexpr int EPI = Q::QK / Q::QI, IPS = BK / EPI; // elements a chunk, chunks a row and step
+    static constexpr int C = MMH_BM * IPS;                    // chunks a step: threads 0 .. C-1 take one each
+};
+
+// A thread's global loads of one step of the columns, staged in registers
+// while the step before is computed: its weight chunk (threads below MMH_BM ·
+// chunks per row and step; ok false past the row's end or the matrix) and
+// XPT units of 8 activation halves.
+template <class Q, bool WIDE> struct mmh_stage {
+    gpu_chunk<Q::R> c;
+    bool ok;
+    uint4 a[mmh_shape<Q, WIDE>::XPT];
+};
+
+template <class Q, bool WIDE>
+static __device__ __forceinline__ void mmh_fetch(const gpu_mat &w, const gpu_h16 &x, int n, int64_t row0,
+                                                 int tok0, int64_t k0, mmh_stage<Q, WIDE> &s) {
+    using S = mmh_shape<Q, WIDE>;
+    constexpr int EPI = S::EPI, IPS = S::IPS;
+    const int tid = threadIdx.x;
+    if (tid < S::C) {
+        const int64_t row = row0 + tid / IPS;
+        const int item = (int)(k0 / EPI) + tid % IPS;
+        s.ok = row < w.rows && item < (int)(w.cols / EPI);
+        if (s.ok) gpu_load_item<Q>(w, row, item, s.c);
+    }
+#pragma unroll
+    for (int u = 0; u < S::XPT; u++) {
+        const int idx = tid + u * GPU_BLOCK, t = tok0 + idx / (S::BK / 8);
+        const int64_t k = k0 + 8 * (idx % (S::BK / 8));
+        s.a[u] = make_uint4(0, 0, 0, 0);
+        if (t < n && k < x.cols) s.a[u] = *(const uint4 *)(x.h + t * x.cols + k);
+    }
+}
+
+// Shared memory of a step: weights (MMH_BM, BK) and activations (BN, BK) as
+// halves, two to a word, rows padded to LD words.
+template <class Q, bool WIDE> struct mmh_smem {
+    using S = mmh_shape<Q, WIDE>;
+    __align__(16) uint32_t a[MMH_BM][S::LD];
+    __align__(16) uint32_t b[S::BN][S::LD];
+};
+
+// The four int8 values of q (element order) as two pairs of halves, d·q + m
+// each (d and m already over hscale): the byte with its sign bit flipped,
+// under the exponent bits of 1024, is the half 1152 + q, less 1152 exactly;
+// then one multiply-add, rounded once.
+static __device__ __forceinline__ void mmh_dequant4(uint32_t q, uint32_t d2, uint32_t m2, uint32_t &lo,
+                                                    uint32_t &hi) {
+    const uint32_t u = q ^ 0x80808080u;
+    const uint32_t m1152 = 0xE480E480u; // -1152, twice
+    lo = st_h2_fma(st_h2_add(st_byte_perm(u, 0x64646464u, 0x4140), m1152), d2, m2);
+    hi = st_h2_fma(st_h2_add(st_byte_perm(u, 0x64646464u, 0x4342), m1152), d2, m2);
+}
+
+// Chunk ii of row r of the step at column k0 into shared memory as halves,
+// the values times inv (the weight's 1/hscale); ok false (a chunk past the
+// row's end, only on the last step of 32-element types, or of a row past the
+// matrix) zero-fills columns ii·EPI .. (the step's chunks together cover the
+// step's window either way).
+template <class Q, bool WIDE>
+static __device__ __forceinline__ void mmh_put_weights(mmh_smem<Q, WIDE> &sh, const gpu_chunk<Q::R> &c,
+                                                       bool ok, int r, int ii, int64_t k0, float inv) {
+    using S = mmh_shape<Q, WIDE>;
+    constexpr int EPI = S::EPI;
+    if (ok) {
+#pragma unroll
+        for (int p = 0; p < Q::R; p++) {
+            const int col = c.e[p] - (int)k0;
+            const float d = c.d[p] * inv, m = c.m[p] * inv;
+            const uint32_t d2 = st_f2h2(d, d), m2 = st_f2h2(m, m);
+            uint32_t h[8];
+#pragma unroll
+            for (int i = 0; i < 4; i++) mmh_dequant4((uint32_t)c.q[p][i], d2, m2, h[2 * i], h[2 * i + 1]);
+            *(uint4 *)&sh.a[r][col / 2] = make_uint4(h[0], h[1], h[2], h[3]);
+            *(uint4 *)&sh.a[r][col / 2 + 4] = make_uint4(h[4], h[5], h[6], h[7]);
+        }
+    } else {
+        for (int k = ii * EPI; k < (ii + 1) * EPI; k += 8) *(uint4 *)&sh.a[r][k / 2] = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Two blocks a multiprocessor where the tiles are real; the twin of the other
+// targets holds more registers (on wave64 AMD targets one block fits).
+template <int T, bool WIDE>
+__global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(ST_HAS_MMA ? 2 : 1))
+    mmh_kernel(gpu_mat w, gpu_h16 x, float *y, int n, bool add) {
+    st_wait_prior(); // no early start for the kernel after: it would hold room the tiles use
+    using Q = gpu_qt<T>;
+    using S = mmh_shape<Q, WIDE>;
+    constexpr int IPS = S::IPS, NT = S::NT;
+    static_assert(S::BK % Q::SPAN == 0 && S::C <= GPU_BLOCK && S::XPT * GPU_BLOCK * 8 == S::BN * S::BK &&
+                      S::BN * S::BK <= MMH_AREA,
+                  "whole chunks, one weight chunk and XPT activation units a thread and step");
+    __shared__ mmh_smem<Q, WIDE> sh;
+
+    const int tid = threadIdx.x, lane = tid % MMH_TILE_LANES;
+    // token tiles along x: the blocks that share a tile of weight rows run
+    // side by side and read it from L2
+    const int64_t row0 = (int64_t)blockIdx.y * MMH_BM;
+    const int tok0 = blockIdx.x * S::BN;
+    // warp wp takes rows wr .. wr+31 and tokens wt .. wt+8·NT-1; lane (lg, lt) of
+    // its fragments holds rows lg, lg + 8 and tokens 2lt, 2lt + 1 of each 16 × 8 tile
+    const int wp = tid / MMH_TILE_LANES, lg = lane / 4, lt = lane % 4;
+    const int wr = (wp % 2) * 32, wt = (wp / 2) * 8 * NT;
+    float acc[2][NT][4] = {}; // tile (mt, nt), fragment element j
+
+    const float ws = *w.hscale, inv = 1.0f / ws; // powers of two: exact
+    mmh_stage<Q, WIDE> st;
+    mmh_fetch<Q, WIDE>(w, x, n, row0, tok0, 0, st);
+    for (int64_t k0 = 0; k0 < w.cols; k0 += S::BK) {
+        if (tid < S::C) mmh_put_weights<Q, WIDE>(sh, st.c, st.ok, tid / IPS, tid % IPS, k0, inv);
+#pragma unroll
+        for (int u = 0; u < S::XPT; u++) {
+            const int idx = tid + u * GPU_BLOCK;
+            *(uint4 *)&sh.b[idx / (S::BK / 8)][4 * (idx % (S::BK / 8))] = st.a[u];
+        }
+        __syncthreads();
+        if (k0 + S::BK < w.cols) mmh_fetch<Q, WIDE>(w, x, n, row0, tok0, k0 + S::BK, st);
+#pragma unroll
+        for (int kk = 0; kk < S::BK / 16; kk++) {
+            uint32_t af[2][4], bf[NT / 2][4];
+            // A: rows lane % 16, k 8 (lane / 16) ..; B: tokens 8 (lane / 16) + lane % 8, k 8 (lane / 8 % 2) ..
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                st_ldsm_x4(af[mt], &sh.a[0][0],
+                           (wr + 16 * mt + lane % 16) * S::LD + 8 * kk + 4 * (lane / 16));
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++)
+                st_ldsm_x4(bf[np], &sh.b[0][0],
+                           (wt + 16 * np + 8 * (lane / 16) + lane % 8) * S::LD + 8 * kk + 4 * (lane / 8 % 2));
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint32_t b[2] = {bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]};
+                    st_mma_f16_k16(acc[mt][nt], af[mt], b);
+                }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int t = tok0 + wt + 8 * nt + 2 * lt + e;
+            if (t >= n) continue;
+            const float sc = x.sc[t] * ws;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t row = row0 + wr + 16 * mt + 8 * h + lg;
+                    if (row < w.rows) gpu_store(y + t * w.rows + row, acc[mt][nt][2 * h + e] * sc, add);
+                }
+        }
+}
+
 template <int T>
-static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, bool add,
-                       gpuStream_t s) {
+static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool add, gpuStream_t s) {
     const dim3 grid((unsigned)gpu_cdiv(n, MMQ_BN), (unsigned)gpu_cdiv(w.rows, MMQ_BM));
-    if (mma)
-        ST_LAUNCH((mmq_kernel<T, true>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
-    else
-        ST_LAUNCH((mmq_kernel<T, false>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
+    ST_LAUNCH((mmq_kernel<T>), grid, GPU_BLOCK, 0, s, w, x, y, n, add);
     GPU_CHECK_LAUNCH();
 }
 
-int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, bool add, gpuStream_t s) {
+// Blocks of bn tokens; for bn 0 the wide tiles unless they would leave
+// multiprocessors (n_sm of them) without a block.
+template <int T>
+static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bn, int n_sm,
+                       gpuStream_t s) {
+    using W = mmh_shape<gpu_qt<T>, true>;
+    using N = mmh_shape<gpu_qt<T>, false>;
+    const int64_t row_tiles = gpu_cdiv(w.rows, MMH_BM);
+    const bool wide = bn ? bn == W::BN : gpu_cdiv(n, W::BN) * row_tiles >= (int64_t)n_sm;
+    if (wide)
+        ST_LAUNCH((mmh_kernel<T, true>), dim3((unsigned)gpu_cdiv(n, W::BN), (unsigned)row_tiles), GPU_BLOCK,
+                  0, s, w, x, y, n, add);
+    else
+        ST_LAUNCH((mmh_kernel<T, false>), dim3((unsigned)gpu_cdiv(n, N::BN), (unsigned)row_tiles), GPU_BLOCK,
+                  0, s, w, x, y, n, add);
+    GPU_CHECK_LAUNCH();
+}
+
+int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool add, gpuStream_t s) {
     if (n < 1 || x.cols != w.cols) return -1;
     switch (w.type) {
 #define F(T)                                                                                                 \
-    mmq_launch<T>(w, x, y, n, mma, add, s);                                                                  \
+    mmq_launch<T>(w, x, y, n, add, s);                                                                       \
+    return 0
+        GPU_QTYPE_CASES(F)
+#undef F
+    default:
+        return -1;
+    }
+}
+
+int gpu_mmh(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bn, int n_sm, gpuStream_t s) {
+    if (n < 1 || x.cols != w.cols || (bn != 0 && bn != 64 && bn != 128)) return -1;
+    switch (w.type) {
+#define F(T)                                                                                                 \
+    mmh_launch<T>(w, x, y, n, add, bn, n_sm, s);                                                             \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F

@@ -5,10 +5,17 @@
 #include "common.h"
 
 // y (n, w.rows) = x (n, w.cols) · wᵀ for any n ≥ 1 (used above the mmvq
-// batch limit), on tensor cores when mma (st_mma_s8_*: fast only where the
-// device has them, gpu_device_info.has_mma_s8; exact everywhere), else on
-// dp4a tiles; with add, y += the product instead. Returns 0 once enqueued on
-// s, -1 for a type it does not take.
-int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool mma, bool add, gpuStream_t s);
+// batch limit) on dp4a tiles, from the activations' 8-bit blocks; with add,
+// y += the product instead. Returns 0 once enqueued on s, -1 for a type it
+// does not take.
+int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool add, gpuStream_t s);
+
+// The same on tensor cores (st_mma_f16_k16: fast only where the device has
+// them, gpu_device_info.has_mma; as exact everywhere), from the activations'
+// half-precision form: the weights converted to halves (d·q + m over the
+// weight's power-of-two hscale, rounded once), sums in float; blocks of bn tokens
+// (64, or 128 where the type allows, else 64), or with bn 0 sized for a
+// device of n_sm multiprocessors.
+int gpu_mmh(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bn, int n_sm, gpuStream_t s);
 
 #endif

@@ -10,6 +10,12 @@
 // per block of 32 and q = round(x/d). Enqueued on s.
 void gpu_quantize_q8(const float *x, int8_t *qs, float2 *ds, int n, int64_t cols, gpuStream_t s);
 
+// Converts x (n, cols) float, cols a multiple of 8, to gpu_h16's form:
+// h (n, cols) halves of x[t]/sc[t], sc (n) = 2^e with e the one that puts
+// max|x[t]| in [2^14, 2^15) (e kept within [-126, 126]; 1 for a row of zeros
+// or one with an inf or a nan, which then stay inf or nan). Enqueued on s.
+void gpu_quantize_f16(const float *x, uint16_t *h, float *sc, int n, int64_t cols, gpuStream_t s);
+
 // Stores v, values 4·sub .. 4·sub+3 of block blk, in gpu_quantize_q8's form:
 // the 8 lanes of an aligned group of 8 (sub = lane % 8) hold one block. Every
 // lane of the warp calls it (shuffles); lanes with live false store nothing

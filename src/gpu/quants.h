@@ -9,6 +9,8 @@
 // (common.h, repack.cu): BULK_OFF/BULK give the byte range of the block that
 // goes to the bulk array, the rest keeps the other bytes in order.
 //
+// SPAN: the aligned window of a row's elements that one chunk's runs lie in
+// (QK/QI, a chunk's own elements, unless the type spreads them further).
 // PAIRED: runs 2k and 2k+1 are one whole 32-element activation block with one
 // d and m, so the min term can use the activation block's sum (d·Σq) instead
 // of summing the 16-element run. MIN: m may be non-zero. The chunk's int8
@@ -106,7 +108,7 @@ template <int T> struct gpu_qt;
                                                 gpu_chunk<R> &c)
 
 template <> struct gpu_qt<GGML_TYPE_Q4_0> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2, SPAN = 32;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -127,7 +129,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_0> {
 };
 
 template <> struct gpu_qt<GGML_TYPE_Q4_1> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 20, BULK_OFF = 4, BULK = 16, REST = 4;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 20, BULK_OFF = 4, BULK = 16, REST = 4, SPAN = 32;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -148,7 +150,7 @@ template <> struct gpu_qt<GGML_TYPE_Q4_1> {
 };
 
 template <> struct gpu_qt<GGML_TYPE_Q5_0> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 22, BULK_OFF = 6, BULK = 16, REST = 6;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 22, BULK_OFF = 6, BULK = 16, REST = 6, SPAN = 32;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -171,7 +173,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_0> {
 };
 
 template <> struct gpu_qt<GGML_TYPE_Q5_1> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 24, BULK_OFF = 8, BULK = 16, REST = 8;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 24, BULK_OFF = 8, BULK = 16, REST = 8, SPAN = 32;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -193,7 +195,7 @@ template <> struct gpu_qt<GGML_TYPE_Q5_1> {
 };
 
 template <> struct gpu_qt<GGML_TYPE_Q8_0> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 34, BULK_OFF = 2, BULK = 32, REST = 2;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 34, BULK_OFF = 2, BULK = 32, REST = 2, SPAN = 32;
     static constexpr bool MIN = false, PAIRED = true;
     static constexpr int QMAX = 128, SGN = 1, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -216,7 +218,7 @@ template <> struct gpu_qt<GGML_TYPE_Q8_0> {
 // 0-7, q[1][0..1] bytes 8-15, byte k holding the indices of elements k (low
 // nibble) and k + 16 (high).
 template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
-    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2;
+    static constexpr int QK = 32, QI = 1, R = 2, BYTES = 18, BULK_OFF = 2, BULK = 16, REST = 2, SPAN = 32;
     static constexpr bool MIN = false, PAIRED = true;
     static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
     GPU_QT_LOAD {
@@ -235,7 +237,7 @@ template <> struct gpu_qt<GGML_TYPE_IQ4_NL> {
 // Q2_K: chunk ci = 16 bytes of qs, half n = ci/2 of the block, byte offset h =
 // ci%2: its 4 shifts are 4 runs of 16 elements, each with its own scale and min.
 template <> struct gpu_qt<GGML_TYPE_Q2_K> {
-    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 84, BULK_OFF = 16, BULK = 64, REST = 20;
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 84, BULK_OFF = 16, BULK = 64, REST = 20, SPAN = 128;
     static constexpr bool MIN = true, PAIRED = false;
     static constexpr int QMAX = 3, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -262,7 +264,7 @@ template <> struct gpu_qt<GGML_TYPE_Q2_K> {
 // Q3_K: chunks as Q2_K; the high bit of element 128n + 32j + l is bit 4n + j
 // of hmask[l]; values q2 - 4·(1 - bit) in [-4, 3].
 template <> struct gpu_qt<GGML_TYPE_Q3_K> {
-    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 110, BULK_OFF = 0, BULK = 96, REST = 14;
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 110, BULK_OFF = 0, BULK = 96, REST = 14, SPAN = 128;
     static constexpr bool MIN = false, PAIRED = false;
     static constexpr int QMAX = 4, SGN = 1, CB = 0, BIAS = 4;
     GPU_QT_LOAD {
@@ -301,7 +303,8 @@ template <> struct gpu_qt<GGML_TYPE_Q3_K> {
 
 // Q4_K: chunk j = 32 bytes of qs = sub-blocks 2j (low nibbles) and 2j+1 (high).
 template <> struct gpu_qt<GGML_TYPE_Q4_K> {
-    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 144, BULK_OFF = 16, BULK = 128, REST = 16;
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 144, BULK_OFF = 16, BULK = 128, REST = 16,
+                         SPAN = 64;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 15, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -335,7 +338,8 @@ template <> struct gpu_qt<GGML_TYPE_Q4_K> {
 
 // Q5_K: as Q4_K, with the fifth bit of element 64j + 32t + l at bit 2j + t of qh[l].
 template <> struct gpu_qt<GGML_TYPE_Q5_K> {
-    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 176, BULK_OFF = 16, BULK = 160, REST = 16;
+    static constexpr int QK = 256, QI = 4, R = 4, BYTES = 176, BULK_OFF = 16, BULK = 160, REST = 16,
+                         SPAN = 64;
     static constexpr bool MIN = true, PAIRED = true;
     static constexpr int QMAX = 31, SGN = 0, CB = 0, BIAS = 0;
     GPU_QT_LOAD {
@@ -374,7 +378,8 @@ template <> struct gpu_qt<GGML_TYPE_Q5_K> {
 // groups g = r/2 (low nibbles) and g + 2 (high), lines l = 16·(r%2) + 0..15;
 // the two high bits of element 128n + 32g + l are bits 2g of qh[32n + l].
 template <> struct gpu_qt<GGML_TYPE_Q6_K> {
-    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 210, BULK_OFF = 0, BULK = 192, REST = 18;
+    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 210, BULK_OFF = 0, BULK = 192, REST = 18,
+                         SPAN = 128;
     static constexpr bool MIN = false, PAIRED = false;
     static constexpr int QMAX = 32, SGN = 1, CB = 0, BIAS = 32;
     GPU_QT_LOAD {
@@ -407,7 +412,7 @@ template <> struct gpu_qt<GGML_TYPE_Q6_K> {
 
 // IQ4_XS: chunk ib = sub-block of 32, its 6-bit scale split over scales_l/_h.
 template <> struct gpu_qt<GGML_TYPE_IQ4_XS> {
-    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8;
+    static constexpr int QK = 256, QI = 8, R = 2, BYTES = 136, BULK_OFF = 8, BULK = 128, REST = 8, SPAN = 32;
     static constexpr bool MIN = false, PAIRED = true;
     static constexpr int QMAX = 127, SGN = 1, CB = 1, BIAS = 0;
     // chunk ib: the sub-block's 16 index bytes and its scale

@@ -2,6 +2,8 @@
 // split layout (common.h): each block's bulk bytes (packed quants) go to one
 // array and its other bytes, in order, to another, so that kernels read quants
 // with aligned 16-byte loads whatever the block size. One thread per block.
+#include <math.h>
+
 #include "quants.h"
 #include "repack.h"
 
@@ -31,8 +33,77 @@ gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev) {
     m.bulk = (const uint8_t *)dev;
     m.rest = NULL;
     struct gpu_qlayout l;
-    if (gpu_qlayout_of(type, &l) == 0) m.rest = m.bulk + rows * (cols / l.qk) * l.bulk;
+    m.hscale = NULL;
+    if (gpu_qlayout_of(type, &l) == 0) {
+        m.rest = m.bulk + rows * (cols / l.qk) * l.bulk;
+        m.hscale = (const float *)(m.bulk + ((rows * (cols / l.qk) * l.bytes + 15) & ~(int64_t)15));
+    }
     return m;
+}
+
+size_t gpu_weight_bytes(int type, int64_t rows, size_t row_bytes) {
+    struct gpu_qlayout l;
+    const size_t bytes = (size_t)rows * row_bytes;
+    return gpu_qlayout_of(type, &l) == 0 ? ((bytes + 15) & ~(size_t)15) + 16 : bytes;
+}
+
+// Each block's largest |d|·QMAX + |m| over the chunks it strides through
+// (inf for a nan), into part[blockIdx.x].
+template <int T> __global__ void __launch_bounds__(GPU_BLOCK) range_kernel(gpu_mat m, float *part) {
+    using Q = gpu_qt<T>;
+    __shared__ float red[GPU_BLOCK / ST_WARP_SIZE];
+    const int items = (int)(m.cols / (Q::QK / Q::QI));
+    const int64_t chunks = m.rows * items;
+    float b = 0.0f;
+    for (int64_t c = (int64_t)blockIdx.x * GPU_BLOCK + threadIdx.x; c < chunks;
+         c += (int64_t)gridDim.x * GPU_BLOCK) {
+        gpu_chunk<Q::R> ch;
+        gpu_load_item<Q>(m, c / items, (int)(c % items), ch);
+#pragma unroll
+        for (int p = 0; p < Q::R; p++) {
+            const float v = fabsf(ch.d[p]) * (float)Q::QMAX + fabsf(ch.m[p]);
+            b = v != v ? INFINITY : fmaxf(b, v);
+        }
+    }
+    b = st_warp_max_f32(b, ST_WARP_SIZE);
+    if (threadIdx.x % ST_WARP_SIZE == 0) red[threadIdx.x / ST_WARP_SIZE] = b;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < GPU_BLOCK / ST_WARP_SIZE; w++) b = fmaxf(b, red[w]);
+        part[blockIdx.x] = b;
+    }
+}
+
+__global__ void hscale_kernel(const float *part, int n, float *hscale) {
+    if (threadIdx.x != 0) return;
+    float b = 0.0f;
+    for (int i = 0; i < n; i++) b = fmaxf(b, part[i]);
+    int e = 0; // as gpu_quantize_f16: floor(log2 b) - 14 (a subnormal b counts as 2^-127)
+    if (b > 0.0f && b < INFINITY) e = min(max((int)(__float_as_uint(b) >> 23) - 127 - 14, -126), 126);
+    *hscale = __uint_as_float((uint32_t)(127 + e) << 23);
+}
+
+template <int T> static void weight_scale(const gpu_mat &m, float *part, gpuStream_t s) {
+    const int64_t chunks = m.rows * (m.cols / (gpu_qt<T>::QK / gpu_qt<T>::QI));
+    int grid = (int)gpu_cdiv(chunks, GPU_BLOCK);
+    if (grid > GPU_RANGE_PARTS) grid = GPU_RANGE_PARTS;
+    if (grid < 1) grid = 1;
+    range_kernel<T><<<(unsigned)grid, GPU_BLOCK, 0, s>>>(m, part);
+    GPU_CHECK_LAUNCH();
+    hscale_kernel<<<1, 1, 0, s>>>(part, grid, (float *)m.hscale);
+    GPU_CHECK_LAUNCH();
+}
+
+void gpu_weight_scale(const gpu_mat &m, float *part, gpuStream_t s) {
+    switch (m.type) {
+#define F(T)                                                                                                 \
+    weight_scale<T>(m, part, s);                                                                             \
+    return
+        GPU_QTYPE_CASES(F)
+#undef F
+    default:
+        return;
+    }
 }
 
 __global__ void __launch_bounds__(GPU_BLOCK)

@@ -14,8 +14,10 @@
 //   - st_shfl_xor / st_shfl_down / st_shfl, st_warp_sum_f32 / st_warp_max_f32 /
 //     st_warp_sum_i32 (full mask, explicit width);
 //   - st_spin_pause and the bounded spin ST_SPIN_UNTIL;
-//   - st_mma_s8_k32 / st_mma_s8_k16, a warp's int8 16 x 8 tile product
-//     (tensor cores where ST_HAS_MMA_S8, a shuffle twin elsewhere);
+//   - st_mma_f16_k16, a warp's half-precision 16 x 8 tile product with float
+//     sums, and st_ldsm_x4, its fragments from shared memory (tensor cores
+//     where ST_HAS_MMA, shuffle twins elsewhere); half pairs (st_f2h2,
+//     st_h2_add, st_h2_fma);
 //   - ST_LAUNCH, and st_launch_begin / st_launch_dependents / st_wait_prior
 //     in the kernels it launches: launches that may overlap the kernel before
 //     them where the target can (ST_HAS_PDL).

@@ -17,8 +17,11 @@
 //   st_vsubss4     __vsubss4            portable                        portable
 //   st_spin_pause  __nanosleep (sm_70+) s_sleep 1                       system-scope fence
 //   shuffles       __shfl_*_sync, full  __shfl_* (non-sync)             __shfl_* (non-sync)
-//   st_mma_s8_k32  mma.sync m16n8k32    shuffles + st_dp4a              shuffles + st_dp4a
-//   st_mma_s8_k16  mma.sync m16n8k16    (sm_80+ only on CUDA; below, and in the portable build, the twin)
+//   st_mma_f16_k16 mma.sync m16n8k16    shuffles + float fma            shuffles + float fma
+//                  .f16, f32 sums (sm_80+ only on CUDA; below, and in the portable build, the twin)
+//   st_ldsm_x4     ldmatrix .x4 (sm_80+) shuffles + loads                 shuffles + loads
+//   st_f2h2        cvt.rn.f16x2.f32     two st_f2h                      two st_f2h
+//   st_h2_add/fma  add/fma.rn.f16x2     float, rounded to half          float, rounded to half
 //   st_wait_prior  griddepcontrol.wait  nothing                         nothing
 //                  (sm_90+; st_launch_dependents, st_launch_begin alike)
 #ifndef STRATA_GPU_COMPAT_INTRINSICS_H
@@ -250,63 +253,116 @@ static __device__ __forceinline__ int st_warp_sum_i32(int v, int width) {
     return v;
 }
 
-// --- int8 matrix tiles (tensor cores) ------------------------------------------------
-// One warp's 16 x 8 integer tile C += A · B of int8 A (16 x K, row-major) and B
-// (K x 8, column-major), K = 32 or 16, in the fragment layout of PTX's
-// mma.sync m16n8k32 / m16n8k16 .s8: with g = lane / 4 and t = lane % 4 of the
-// first 32 lanes, a[0] holds A row g, k 4t .. 4t+3 (four bytes, element order),
-// a[1] row g + 8 at the same k; for K = 32, a[2] and a[3] the same rows at
-// k 16 + 4t ..; b[0] holds B column g, k 4t .. 4t+3, and for K = 32 b[1] column
-// g at k 16 + 4t ..; c[0], c[1] are C row g, columns 2t and 2t + 1, c[2], c[3]
-// row g + 8 at the same columns. Sums wrap modulo 2^32. Every lane of the warp
+// --- half-precision matrix tiles (tensor cores) --------------------------------------
+// One warp's 16 x 8 tile C += A · B of half-precision A (16 x 16, row-major)
+// and B (16 x 8, column-major) with float C, in the fragment layout of PTX's
+// mma.sync m16n8k16 .f16 with .f32 accumulators: with g = lane / 4 and
+// t = lane % 4 of the first 32 lanes, a[0] holds A row g, k 2t and 2t + 1 (two
+// halves, the lower k in the low 16 bits), a[1] row g + 8 at the same k,
+// a[2] and a[3] the same rows at k 2t + 8 ..; b[0] holds B column g, k 2t and
+// 2t + 1, b[1] column g at k 2t + 8 ..; c[0], c[1] are C row g, columns 2t
+// and 2t + 1, c[2], c[3] row g + 8 at the same columns. Every lane of the warp
 // must call it (on a 64-lane wave each half is its own tile).
 //
-// ST_HAS_MMA_S8 is 1 in the device code of targets with the instruction
-// (NVIDIA sm_80+); everywhere else, and in the portable build, the same
-// function is a twin from shuffles and st_dp4a (each lane gathers its rows
-// and columns), exact but no faster than dp4a tiles: the host asks the probe
-// (gpu_device_info.has_mma_s8) and takes the tensor-core kernels only where
-// they are real.
+// ST_HAS_MMA is 1 in the device code of targets with the instruction (NVIDIA
+// sm_80+); everywhere else, and in the portable build, the same function is a
+// twin from shuffles and float multiply-adds (each lane gathers its rows and
+// columns), as exact as the hardware's but no faster than plain arithmetic:
+// the host asks the probe (gpu_device_info.has_mma) and takes the
+// tensor-core kernels only where they are real.
 #if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define ST_HAS_MMA_S8 1
+#define ST_HAS_MMA 1
 #else
-#define ST_HAS_MMA_S8 0
+#define ST_HAS_MMA 0
 #endif
 
-static __device__ __forceinline__ void st_mma_s8_k32(int (&c)[4], const int (&a)[4], const int (&b)[2]) {
-#if defined(__CUDA_ARCH__) && ST_HAS_MMA_S8
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+static __device__ __forceinline__ void st_mma_f16_k16(float (&c)[4], const uint32_t (&a)[4],
+                                                      const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && ST_HAS_MMA
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
+    // this lane's halves as floats (af: a[0] low, high, a[1] low, high, ..),
+    // then each lane gathers its rows' and columns' floats
     const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    float af[8], bf[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) { // k 4j .. 4j+3 and 16 + 4j ..
-        const int sa = 4 * g + j;
-        const int a0 = st_shfl(a[0], sa, 32), a1 = st_shfl(a[1], sa, 32);
-        const int a2 = st_shfl(a[2], sa, 32), a3 = st_shfl(a[3], sa, 32);
+    for (int i = 0; i < 4; i++) af[2 * i] = st_h2f(a[i] & 0xffffu), af[2 * i + 1] = st_h2f(a[i] >> 16);
+#pragma unroll
+    for (int i = 0; i < 2; i++) bf[2 * i] = st_h2f(b[i] & 0xffffu), bf[2 * i + 1] = st_h2f(b[i] >> 16);
+#pragma unroll
+    for (int j = 0; j < 4; j++) { // k 2j, 2j + 1 and 2j + 8, 2j + 9
+        float ar[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) ar[i] = st_shfl(af[i], 4 * g + j, 32);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int sb = 4 * (2 * t + e) + j;
-            const int b0 = st_shfl(b[0], sb, 32), b1 = st_shfl(b[1], sb, 32);
-            c[e] = st_dp4a(a2, b1, st_dp4a(a0, b0, c[e]));
-            c[2 + e] = st_dp4a(a3, b1, st_dp4a(a1, b0, c[2 + e]));
+            float bc[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) bc[i] = st_shfl(bf[i], 4 * (2 * t + e) + j, 32);
+            c[e] = fmaf(ar[5], bc[3], fmaf(ar[4], bc[2], fmaf(ar[1], bc[1], fmaf(ar[0], bc[0], c[e]))));
+            c[2 + e] =
+                fmaf(ar[7], bc[3], fmaf(ar[6], bc[2], fmaf(ar[3], bc[1], fmaf(ar[2], bc[0], c[2 + e]))));
         }
     }
 #endif
 }
 
-static __device__ __forceinline__ void st_mma_s8_k16(int (&c)[4], const int (&a)[2], const int (&b)[1]) {
-#if defined(__CUDA_ARCH__) && ST_HAS_MMA_S8
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                 "{%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+// Four 8 x 8 matrices of halves from shared memory, in the fragment layout
+// above (PTX ldmatrix .x4): lane l gives, in off, the word offset from base of
+// row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); r[i] receives row
+// lane / 4 of matrix i, halves 2 (lane % 4) and the one after. base must
+// point into shared memory, the same for every lane; every lane of the warp
+// must call it (on a 64-lane wave each half on its own).
+static __device__ __forceinline__ void st_ldsm_x4(uint32_t (&r)[4], const uint32_t *base, int off) {
+#if defined(__CUDA_ARCH__) && ST_HAS_MMA
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(base + off);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 #else
-    // the k = 32 twin with the upper 16 of k zero, whose products add nothing
-    const int a32[4] = {a[0], a[1], 0, 0}, b32[2] = {b[0], 0};
-    st_mma_s8_k32(c, a32, b32);
+    const int lane = (int)(threadIdx.x % 32);
+#pragma unroll
+    for (int i = 0; i < 4; i++) r[i] = base[st_shfl(off, 8 * i + lane / 4, 32) + lane % 4];
+#endif
+}
+
+// Two floats to a pair of halves (lo in the low 16 bits), each rounded to
+// nearest-even: the bits of two st_f2h.
+static __device__ __forceinline__ uint32_t st_f2h2(float lo, float hi) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return st_f2h(lo) | st_f2h(hi) << 16;
+#endif
+}
+
+// Per half of a pair: a + b, and a · b + c (fused), rounded to nearest-even.
+// The twins compute in float (a product of two halves is exact there) and
+// round that to half: exact sums give the same bits, a multiply-add may differ
+// from the fused hardware result by its double rounding (one unit in the last
+// place, rarely).
+static __device__ __forceinline__ uint32_t st_h2_add(uint32_t a, uint32_t b) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 530
+    uint32_t r;
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return st_f2h2(st_h2f(a & 0xffffu) + st_h2f(b & 0xffffu), st_h2f(a >> 16) + st_h2f(b >> 16));
+#endif
+}
+static __device__ __forceinline__ uint32_t st_h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 530
+    uint32_t r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    return st_f2h2(fmaf(st_h2f(a & 0xffffu), st_h2f(b & 0xffffu), st_h2f(c & 0xffffu)),
+                   fmaf(st_h2f(a >> 16), st_h2f(b >> 16), st_h2f(c >> 16)));
 #endif
 }
 
