@@ -3,7 +3,8 @@
 // Tensor cores (mmh_kernel; NVIDIA sm_80+, the compat layer's twin
 // elsewhere): a 256-thread block computes a 64-row × 128-token tile of y,
 // stepping through the columns 64 at a time (64 tokens and 128 columns for
-// types whose chunks spread over 128 elements). It unpacks the step's weight
+// types whose chunks spread over 128 elements; 64 tokens where 128 would
+// leave multiprocessors idle). It unpacks the step's weight
 // chunks into shared memory as halves (value (d·q + m) / hscale, the weight's
 // power of two that keeps them in the half range; converted once a block),
 // copies the activations' halves (gpu_h16: each token's row scaled by

@@ -267,7 +267,8 @@ static __device__ __forceinline__ int st_warp_sum_i32(int v, int width) {
 // ST_HAS_MMA is 1 in the device code of targets with the instruction (NVIDIA
 // sm_80+); everywhere else, and in the portable build, the same function is a
 // twin from shuffles and float multiply-adds (each lane gathers its rows and
-// columns), as exact as the hardware's but no faster than plain arithmetic:
+// columns): float sums like the hardware's, rounded in another order, and no
+// faster than plain arithmetic:
 // the host asks the probe (gpu_device_info.has_mma) and takes the
 // tensor-core kernels only where they are real.
 #if !defined(STRATA_PORTABLE_INTRINSICS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
