@@ -337,14 +337,20 @@ static double *matmul_bounds(const struct weight *w, const float *x, int n, int 
 
 // --- ops ---------------------------------------------------------------------------------
 
+// gain scales the weights (make_weight_gain); with spread, the tokens'
+// activations lie at 2^-40, 1 and 2^40 in turn, the first token's all zero.
 static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t rows, int64_t cols, int n,
-                             double gain) {
+                             double gain, bool spread) {
     struct weight w = make_weight_gain(t, rows, cols, gain);
-    char gain_s[32] = "";
+    char gain_s[48] = "";
     if (gain != 1.0) snprintf(gain_s, sizeof gain_s, " gain=%g", gain);
+    if (spread) snprintf(gain_s + strlen(gain_s), sizeof gain_s - strlen(gain_s), " spread");
     const size_t nx = (size_t)n * cols, ny = (size_t)n * rows;
     float *x = xmalloc_f(nx), *want = xmalloc_f(ny), *got = xmalloc_f(ny);
     fill_normal(x, nx);
+    for (int tk = 0; spread && tk < n; tk++)
+        for (int64_t c = 0; c < cols; c++)
+            x[(size_t)tk * cols + c] *= tk == 0 ? 0.0f : (float)ldexp(1.0, 40 * (tk % 3 - 1));
     ref->matmul(ref, &w, x, want, n);
     double nmse_max;
     double *bound = matmul_bounds(&w, x, n, act_block(e, t), want, &nmse_max);
@@ -489,17 +495,23 @@ static void test_matmul(const struct be_entry *e) {
             s = shapes32, ns = sizeof shapes32 / sizeof *shapes32;
         else
             s = shapes256, ns = sizeof shapes256 / sizeof *shapes256;
-        for (size_t k = 0; k < ns; k++, cases++) test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2], 1.0);
+        for (size_t k = 0; k < ns; k++, cases++)
+            test_matmul_case(e, t, s[k][0], s[k][1], (int)s[k][2], 1.0, false);
     }
     // weights beyond the half range either way (scales of about 2^10 and
     // 2^-23, the largest and smallest a block's half can hold; the tensor-core
-    // tiles hold the weights as halves), through every form of the tiles
+    // tiles hold the weights as halves), and activations far apart from token
+    // to token, through every form of the tiles
     static const enum ggml_type range_types[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
                                                  GGML_TYPE_Q6_K};
     static const double gains[] = {0x1p16, 0x1p-17};
     for (size_t ti = 0; ti < sizeof range_types / sizeof *range_types; ti++)
         for (size_t g = 0; g < sizeof gains / sizeof *gains; g++, cases++)
-            test_matmul_case(e, range_types[ti], 70, 512, 40, gains[g]);
+            test_matmul_case(e, range_types[ti], 70, 512, 40, gains[g], false);
+    // (the GPU's: the CPU backends' 8-bit blocks keep Q8_0's activation
+    // scale as a half, so activations near 2^40 or 2^-40 leave its range)
+    for (size_t ti = 0; e->gpu && ti < sizeof range_types / sizeof *range_types; ti++, cases++)
+        test_matmul_case(e, range_types[ti], 70, 512, 40, 1.0, true);
     printf("  %s %s matmul: %d shapes over %zu types\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name,
            cases, N_TYPES);
 }
