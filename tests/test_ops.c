@@ -1504,6 +1504,44 @@ static void test_argmax(const struct be_entry *e) {
 
 // --- benchmarks ------------------------------------------------------------------------
 
+// Copies of w prepared on be into ws, with pointers in wp: want of them, or
+// (want 0) as many as fill 240 MB (4× a 60 MB cache, so every pass reads
+// device memory; 2 to 16). Sets *copies and returns how many were prepared
+// (fewer after a failure). Each copy after the first has its own host data:
+// a backend keeps one device copy of each host array (a tied output shares
+// the embedding's), so copies of one array would all read the same device
+// memory, much of it from the cache. release_copies gives them back.
+static int prepare_copies(struct backend *be, const struct weight *w, int want, struct weight ws[16],
+                          struct weight *wp[16], int *copies) {
+    const double bytes = (double)w->rows * (double)w->row_bytes;
+    int c = want ? want : (int)ceil(240e6 / bytes);
+    *copies = c < 2 ? 2 : c > 16 ? 16 : c;
+    int prepared = 0;
+    for (; prepared < *copies; prepared++) {
+        ws[prepared] = *w;
+        wp[prepared] = &ws[prepared];
+        if (prepared > 0) {
+            void *data = malloc((size_t)bytes);
+            if (!data) break;
+            memcpy(data, w->data, (size_t)bytes);
+            ws[prepared].data = data;
+        }
+        if (be->prepare_weight(be, &ws[prepared])) {
+            if (prepared > 0) free((void *)ws[prepared].data);
+            break;
+        }
+    }
+    return prepared;
+}
+
+// Releases the n copies prepare_copies prepared and the host data of those after the first.
+static void release_copies(struct backend *be, struct weight ws[16], int n) {
+    for (int c = 0; c < n; c++) {
+        be->release_weight(be, &ws[c]);
+        if (c > 0) free((void *)ws[c].data);
+    }
+}
+
 // The prompt products: a 512-token product of each type and shape, as
 // operations a second against the half-precision tile-product rate measured first.
 // only: "TYPE:ROWSxCOLSx512" restricts the table to one type and shape, or NULL.
@@ -1533,10 +1571,9 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
                      (long long)cols, N);
             if (only && strcmp(only, key)) continue;
             struct weight w = make_weight(types[ti], rows, cols);
-            struct weight ws[2] = {w, w};
-            struct weight *wp[2] = {&ws[0], &ws[1]};
-            int prepared = 0;
-            while (prepared < 2 && !be->prepare_weight(be, &ws[prepared])) prepared++;
+            struct weight ws[16], *wp[16];
+            int copies;
+            const int prepared = prepare_copies(be, &w, 2, ws, wp, &copies);
             float *bx = prepared == 2 ? put(be, x, sizeof(float) * (size_t)N * (size_t)cols) : NULL;
             double sec = 0;
             if (!bx || gpu_bench_matmul(be, wp, 2, bx, N, 10, false, &sec)) {
@@ -1548,27 +1585,10 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
                        (long long)cols, sec * 1e6, tops, 100.0 * tops / peak);
             }
             if (bx) be->release(be, bx);
-            for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+            release_copies(be, ws, prepared);
             free((void *)w.data);
         }
     free(x);
-}
-
-// Copies of w prepared on be, as many as fill 240 MB (4× a 60 MB cache, so
-// every pass reads device memory; 2 to 16) into ws, with pointers in wp: sets
-// *copies and returns how many were prepared (fewer after a failure).
-static int prepare_copies(struct backend *be, const struct weight *w, struct weight ws[16],
-                          struct weight *wp[16], int *copies) {
-    const double bytes = (double)w->rows * (double)w->row_bytes;
-    int c = (int)ceil(240e6 / bytes);
-    *copies = c < 2 ? 2 : c > 16 ? 16 : c;
-    int prepared = 0;
-    for (; prepared < *copies; prepared++) {
-        ws[prepared] = *w;
-        wp[prepared] = &ws[prepared];
-        if (be->prepare_weight(be, &ws[prepared])) break;
-    }
-    return prepared;
 }
 
 // The decode batches' products (several sequences, n tokens ≤ 32) over every
@@ -1610,7 +1630,7 @@ static void perf_batch(struct backend *be, const char *only) {
                 struct weight ws[16];
                 struct weight *wp[16];
                 int copies;
-                const int prepared = prepare_copies(be, &w, ws, wp, &copies);
+                const int prepared = prepare_copies(be, &w, 0, ws, wp, &copies);
                 float *bx = prepared == copies ? put(be, x, sizeof(float) * (size_t)n * (size_t)cols) : NULL;
                 printf("| %s | %lldx%lld | %d |", quant_name(types[ti]), (long long)rows, (long long)cols, n);
                 for (int k = 0; k < 10 && bx; k++) {
@@ -1633,7 +1653,7 @@ static void perf_batch(struct backend *be, const char *only) {
                 gpu_backend_set_matvec_rows(be, 0);
                 gpu_backend_set_matvec_tokens(be, 0);
                 if (bx) be->release(be, bx);
-                for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+                release_copies(be, ws, prepared);
                 free((void *)w.data);
             }
     free(x);
@@ -1672,11 +1692,11 @@ static void perf(struct backend *be, const char *only) {
             struct weight ws[16];
             struct weight *wp[16];
             int copies;
-            const int prepared = prepare_copies(be, &w, ws, wp, &copies);
+            const int prepared = prepare_copies(be, &w, 0, ws, wp, &copies);
             if (prepared < copies) {
                 printf("  FAIL prepare: %s\n", st_last_error());
                 test_n_fail++;
-                for (int c = 0; c < prepared; c++) be->release_weight(be, &ws[c]);
+                release_copies(be, ws, prepared);
                 free((void *)w.data);
                 return;
             }
@@ -1708,7 +1728,7 @@ static void perf(struct backend *be, const char *only) {
             gpu_backend_set_matvec_swar(be, -1);
             gpu_backend_set_matvec_split(be, 0);
             be->release(be, bx);
-            for (int c = 0; c < copies; c++) be->release_weight(be, &ws[c]);
+            release_copies(be, ws, copies);
             free((void *)w.data);
         }
     perf_prompt(be, only, types, sizeof types / sizeof *types - 1); // no F16: its prompts take another path
