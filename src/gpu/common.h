@@ -158,6 +158,30 @@ static __device__ __forceinline__ uint32_t gpu_ld_u32_a2(const void *p) {
 
 // --- row reductions -----------------------------------------------------------------
 
+// The largest of the block's values v (GPU_BLOCK threads; every thread of the
+// block calls it, and each gets the result). A nan is dropped (fmaxf): a
+// caller that must see one passes INFINITY for it.
+static __device__ __forceinline__ float gpu_block_max(float v) {
+    __shared__ float part[GPU_BLOCK / ST_WARP_SIZE];
+    v = st_warp_max_f32(v, ST_WARP_SIZE);
+    if (threadIdx.x % ST_WARP_SIZE == 0) part[threadIdx.x / ST_WARP_SIZE] = v;
+    __syncthreads();
+    v = part[0];
+    for (int w = 1; w < GPU_BLOCK / ST_WARP_SIZE; w++) v = fmaxf(v, part[w]);
+    return v;
+}
+
+// The exponent e of the power of two 2^e that brings a largest magnitude amax
+// into [2^14, 2^15) (amax / 2^e): floor(log2 amax) - 14 within [-126, 126],
+// a subnormal amax counting as 2^-127; 0 for a zero, infinite or nan amax.
+// The half-precision forms of the tensor-core tiles scale by it (their
+// activations a row, their weights a matrix), keeping room below the half
+// range's 65504 for sums of two.
+static __device__ __forceinline__ int gpu_half_exponent(float amax) {
+    if (!(amax > 0.0f && amax < INFINITY)) return 0;
+    return min(max((int)(__float_as_uint(amax) >> 23) - 127 - 14, -126), 126);
+}
+
 // *y = v, or *y += v with add: a product's result, or a residual it adds to.
 static __device__ __forceinline__ void gpu_store(float *y, float v, bool add) { *y = add ? *y + v : v; }
 

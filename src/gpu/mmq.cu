@@ -365,11 +365,12 @@ static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool
     using W = mmh_shape<gpu_qt<T>, true>;
     using N = mmh_shape<gpu_qt<T>, false>;
     const int64_t row_tiles = gpu_cdiv(w.rows, MMH_BM);
-    const bool wide = bn ? bn == W::BN : gpu_cdiv(n, W::BN) * row_tiles >= (int64_t)n_sm;
+    // (where BK is 128 the two shapes are one: BN 64 either way, one kernel)
+    const bool wide = W::BN == N::BN || (bn ? bn == W::BN : gpu_cdiv(n, W::BN) * row_tiles >= (int64_t)n_sm);
     if (wide)
         ST_LAUNCH((mmh_kernel<T, true>), dim3((unsigned)gpu_cdiv(n, W::BN), (unsigned)row_tiles), GPU_BLOCK,
                   0, s, w, x, y, n, add);
-    else
+    else if constexpr (W::BN != N::BN)
         ST_LAUNCH((mmh_kernel<T, false>), dim3((unsigned)gpu_cdiv(n, N::BN), (unsigned)row_tiles), GPU_BLOCK,
                   0, s, w, x, y, n, add);
     GPU_CHECK_LAUNCH();

@@ -36,7 +36,6 @@ void gpu_quantize_q8(const float *x, int8_t *qs, float2 *ds, int n, int64_t cols
 __global__ void __launch_bounds__(GPU_BLOCK)
     quantize_f16_kernel(const float *x, uint16_t *h, float *sc, int64_t cols) {
     st_launch_begin();
-    __shared__ float part[GPU_BLOCK / ST_WARP_SIZE];
     const float *xr = x + (int64_t)blockIdx.x * cols;
     uint4 *hr = (uint4 *)(h + (int64_t)blockIdx.x * cols);
     float amax = 0.0f;
@@ -47,15 +46,7 @@ __global__ void __launch_bounds__(GPU_BLOCK)
             amax = fmaxf(amax, fabsf(v));
             bad |= v != v;
         }
-    amax = st_warp_max_f32(bad ? INFINITY : amax, ST_WARP_SIZE);
-    if (threadIdx.x % ST_WARP_SIZE == 0) part[threadIdx.x / ST_WARP_SIZE] = amax;
-    __syncthreads();
-    amax = 0.0f;
-    for (int w = 0; w < GPU_BLOCK / ST_WARP_SIZE; w++) amax = fmaxf(amax, part[w]);
-    // e = floor(log2 amax) - 14 (a subnormal amax counts as 2^-127), within [-126, 126]
-    int e = 0;
-    if (amax > 0.0f && amax < INFINITY)
-        e = min(max((int)(__float_as_uint(amax) >> 23) - 127 - 14, -126), 126);
+    const int e = gpu_half_exponent(gpu_block_max(bad ? INFINITY : amax));
     const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
     if (threadIdx.x == 0) sc[blockIdx.x] = __uint_as_float((uint32_t)(127 + e) << 23);
     for (int64_t c = 8 * (int64_t)threadIdx.x; c < cols; c += 8 * GPU_BLOCK) {

@@ -25,6 +25,9 @@ bool gpu_type_supported(int type) {
            gpu_qlayout_of(type, &l) == 0;
 }
 
+// Bytes of a quantized weight's blocks rounded up to 16: where its hscale lies.
+static size_t hscale_offset(size_t block_bytes) { return (block_bytes + 15) & ~(size_t)15; }
+
 gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev) {
     gpu_mat m;
     m.type = type;
@@ -36,7 +39,7 @@ gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev) {
     m.hscale = NULL;
     if (gpu_qlayout_of(type, &l) == 0) {
         m.rest = m.bulk + rows * (cols / l.qk) * l.bulk;
-        m.hscale = (const float *)(m.bulk + ((rows * (cols / l.qk) * l.bytes + 15) & ~(int64_t)15));
+        m.hscale = (const float *)(m.bulk + hscale_offset((size_t)(rows * (cols / l.qk) * l.bytes)));
     }
     return m;
 }
@@ -44,14 +47,13 @@ gpu_mat gpu_mat_of(int type, int64_t rows, int64_t cols, const void *dev) {
 size_t gpu_weight_bytes(int type, int64_t rows, size_t row_bytes) {
     struct gpu_qlayout l;
     const size_t bytes = (size_t)rows * row_bytes;
-    return gpu_qlayout_of(type, &l) == 0 ? ((bytes + 15) & ~(size_t)15) + 16 : bytes;
+    return gpu_qlayout_of(type, &l) == 0 ? hscale_offset(bytes) + 16 : bytes;
 }
 
 // Each block's largest |d|·QMAX + |m| over the chunks it strides through
 // (inf for a nan), into part[blockIdx.x].
 template <int T> __global__ void __launch_bounds__(GPU_BLOCK) range_kernel(gpu_mat m, float *part) {
     using Q = gpu_qt<T>;
-    __shared__ float red[GPU_BLOCK / ST_WARP_SIZE];
     const int items = (int)(m.cols / (Q::QK / Q::QI));
     const int64_t chunks = m.rows * items;
     float b = 0.0f;
@@ -65,22 +67,15 @@ template <int T> __global__ void __launch_bounds__(GPU_BLOCK) range_kernel(gpu_m
             b = v != v ? INFINITY : fmaxf(b, v);
         }
     }
-    b = st_warp_max_f32(b, ST_WARP_SIZE);
-    if (threadIdx.x % ST_WARP_SIZE == 0) red[threadIdx.x / ST_WARP_SIZE] = b;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < GPU_BLOCK / ST_WARP_SIZE; w++) b = fmaxf(b, red[w]);
-        part[blockIdx.x] = b;
-    }
+    b = gpu_block_max(b);
+    if (threadIdx.x == 0) part[blockIdx.x] = b;
 }
 
 __global__ void hscale_kernel(const float *part, int n, float *hscale) {
     if (threadIdx.x != 0) return;
     float b = 0.0f;
     for (int i = 0; i < n; i++) b = fmaxf(b, part[i]);
-    int e = 0; // as gpu_quantize_f16: floor(log2 b) - 14 (a subnormal b counts as 2^-127)
-    if (b > 0.0f && b < INFINITY) e = min(max((int)(__float_as_uint(b) >> 23) - 127 - 14, -126), 126);
-    *hscale = __uint_as_float((uint32_t)(127 + e) << 23);
+    *hscale = __uint_as_float((uint32_t)(127 + gpu_half_exponent(b)) << 23);
 }
 
 template <int T> static void weight_scale(const gpu_mat &m, float *part, gpuStream_t s) {
