@@ -368,7 +368,9 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         // for several, and for prompt batches both forms of the tile product
         // (tensor cores, or their twin, and dp4a)
         // (tensor cores at both tile widths, 64 and 128 tokens a block)
-        static const int tprs[] = {0, 16, 32, 64, 128, 256}, rpws[] = {0, 1, 2, 4}, mmas[] = {-1, 1, 1, 1, 0};
+        // (single tokens: -r the rows form with r rows a warp)
+        static const int tprs[] = {0, 16, 32, 64, 128, 256, -1, -2, -4}, rpws[] = {0, 1, 2, 4};
+        static const int mmas[] = {-1, 1, 1, 1, 0};
         static const int tile_tokens[] = {0, 0, 64, 128, 0};
         const bool tile = n > GPU_MATVEC_MAX_BATCH && !is_float_type(t);
         const int *var = n == 1 ? tprs : tile ? mmas : rpws;
@@ -385,7 +387,8 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         for (int k = 0; k < n_var; k++)
             for (int sw = 0; sw < n_swar * n_tpg; sw++) {
 #ifdef STRATA_GPU
-                if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k]);
+                if (e->gpu && n == 1) gpu_backend_set_matvec_split(e->be, var[k] > 0 ? var[k] : 0);
+                if (e->gpu && n == 1) gpu_backend_set_matvec_rows(e->be, var[k] < 0 ? -var[k] : 0);
                 if (e->gpu && n == 1) gpu_backend_set_matvec_swar(e->be, sw);
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_tokens(e->be, tpgs[sw]);
@@ -404,7 +407,8 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                     if (n_tpg > 1) snprintf(form, sizeof form, " tpg=%d", tpgs[sw]);
                     if (tile && tile_tokens[k]) snprintf(form, sizeof form, " tokens=%d", tile_tokens[k]);
                     snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%s%d%s", quant_name(t),
-                             (long long)rows, (long long)cols, n, gain_s, var_name, var[k], form);
+                             (long long)rows, (long long)cols, n, gain_s, var[k] < 0 ? " rows=" : var_name,
+                             var[k] < 0 ? -var[k] : var[k], form);
                 }
                 if (!get(e->be, got, by, ny)) {
                     test_n_fail++;
@@ -412,7 +416,7 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                 }
                 compare(e->be->name, what, got, want, bound, ny, 0, 0, nmse_max);
                 if (n_swar > 1 && sw == 0) memcpy(first, got, ny * sizeof(float));
-                if (n_swar > 1 && sw == 1 && var[k] != 0) { // the SWAR form against dp4a, to the bit
+                if (n_swar > 1 && sw == 1 && var[k] > 0) { // the SWAR form against dp4a, to the bit
                     size_t diff = 0;
                     for (size_t i = 0; i < ny; i++) diff += memcmp(&got[i], &first[i], sizeof(float)) != 0;
                     if (diff) {
@@ -1701,13 +1705,16 @@ static void perf(struct backend *be, const char *only) {
                 return;
             }
             float *bx = put(be, x, sizeof(float) * (size_t)cols);
-            // every threads-per-row choice with the device's dot product, then
-            // the automatic one with the SWAR form
-            const int n_tpr = (int)(sizeof tprs / sizeof *tprs);
-            for (int k = 0; k <= n_tpr; k++) {
+            // every threads-per-row choice with the device's dot product, the
+            // rows form with 1, 2 and 4 rows a warp (quantized types), then the
+            // automatic choice with the SWAR form
+            const int n_tpr = (int)(sizeof tprs / sizeof *tprs), n_rows = types[ti] == GGML_TYPE_F16 ? 0 : 3;
+            for (int k = 0; k <= n_tpr + n_rows; k++) {
                 double st = 0, sg = 0;
+                const int rpw = k > n_tpr ? 1 << (k - n_tpr - 1) : 0; // the rows form's rows a warp
                 gpu_backend_set_matvec_split(be, k < n_tpr ? tprs[k] : 0);
-                gpu_backend_set_matvec_swar(be, k < n_tpr ? -1 : 1);
+                gpu_backend_set_matvec_rows(be, rpw);
+                gpu_backend_set_matvec_swar(be, k == n_tpr ? 1 : -1);
                 if (gpu_bench_matmul(be, wp, copies, bx, 1, 30, false, &st) ||
                     gpu_bench_matmul(be, wp, copies, bx, 1, 30, true, &sg)) {
                     printf("  FAIL bench %s: %s\n", key, st_last_error());
@@ -1716,15 +1723,17 @@ static void perf(struct backend *be, const char *only) {
                 }
                 char tpr[16];
                 snprintf(tpr, sizeof tpr,
-                         k == n_tpr ? "auto, swar"
-                         : tprs[k]  ? "%d"
-                                    : "auto",
-                         tprs[k % n_tpr]);
+                         rpw          ? "rows %d"
+                         : k == n_tpr ? "auto, swar"
+                         : tprs[k]    ? "%d"
+                                      : "auto",
+                         rpw ? rpw : tprs[k % n_tpr]);
                 printf("| %s | %lldx%lld | %.1f | %s | %.2f | %.0f | %.1f%% | %.2f | %.0f | %.1f%% |\n",
                        quant_name(types[ti]), (long long)rows, (long long)cols, bytes / 1e6, tpr, st * 1e6,
                        bytes / st / 1e9, 100.0 * bytes / st / 1e9 / ceiling, sg * 1e6, bytes / sg / 1e9,
                        100.0 * bytes / sg / 1e9 / ceiling);
             }
+            gpu_backend_set_matvec_rows(be, 0);
             gpu_backend_set_matvec_swar(be, -1);
             gpu_backend_set_matvec_split(be, 0);
             be->release(be, bx);

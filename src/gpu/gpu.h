@@ -80,6 +80,8 @@ uint64_t gpu_backend_graph_replays(struct backend *be);
 int gpu_backend_set_matvec_split(struct backend *be, int threads_per_row);
 // Rows each 32 threads take in the products of 2 to GPU_MATVEC_MAX_BATCH
 // tokens: 1, 2 or 4, or 0 for the backend's choice per matrix (the default).
+// Set (not 0) while the threads per row are the backend's choice, it also
+// puts one-token products of the dp4a form in that form (the rows form).
 // Returns 0, or -1 with a message for another value.
 int gpu_backend_set_matvec_rows(struct backend *be, int rows_per_warp);
 // Tokens a group in the products of 2 to GPU_MATVEC_MAX_BATCH tokens, each

@@ -526,10 +526,16 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
     gpu_q8 q;
     if (!quantized_input(g, x, n, m.cols, &q)) return 0; // the error is recorded
     for (int i = 0; i < n_w; i++) set.y[i] = y[i];
-    const int rpw = g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm);
+    int rpw = g->rpw ? g->rpw : gpu_pick_rpw(rows, g->n_sm), tpr = 32;
     const bool swar = n == 1 && matvec_swar(g, m);
-    return gpu_mmvq(set, q, n, n == 1 ? matvec_tpr(g, m, rows) : 32, rpw,
-                    g->tpg ? g->tpg : gpu_pick_tpg(rows, rpw, n, g->n_sm), swar, add, g->stream);
+    if (n == 1 && (g->tpr || swar))
+        tpr = matvec_tpr(g, m, rows);
+    else if (n == 1 && g->rpw)
+        tpr = 0; // the rows form, as set
+    else if (n == 1)
+        gpu_pick_matvec(m.type, m.cols, rows, g->n_sm, &tpr, &rpw); // the dp4a form's own choice
+    return gpu_mmvq(set, q, n, tpr, rpw, g->tpg ? g->tpg : gpu_pick_tpg(rows, rpw, n, g->n_sm), swar, add,
+                    g->stream);
 }
 
 static void matmul_fail(struct gpu_be *g, const struct weight *w, int n) {

@@ -16,9 +16,10 @@
 // Q4_0 block) are read from cache many times over, and a large matrix took 6×
 // its single-token time. Small groups give a small matrix more warps, each
 // with a shorter chain of dot products: at 576 × 576 and 8 tokens, 72 blocks
-// of one group ran 2.8× the one-token time. Checked against the reference by
-// tests/test_ops.c over every type, ragged shapes, every TPR, every RPW and
-// every group size.
+// of one group ran 2.8× the one-token time. The same rows form serves one
+// token where sharing the activations pays (gpu_pick_matvec). Checked
+// against the reference by tests/test_ops.c over every type, ragged shapes,
+// every TPR, every RPW (one token and several) and every group size.
 //
 // A launch takes a set of up to GPU_SET_MAX matrices of one type and width
 // that share the input (Q, K and V; gate and up): its blocks are cut into one
@@ -199,6 +200,7 @@ static int mmvq_rows(const gpu_mat_set &set, const gpu_q8 &x, int n, int rpw, bo
 template <int T>
 static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar,
                      bool add, gpuStream_t s) {
+    if (n == 1 && tpr == 0) return mmvq_rows<T, 2>(set, x, n, rpw, add, s); // the rows form, one token
     if (n == 1) {
         switch (tpr) {
         case 16:
@@ -295,6 +297,58 @@ int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar) {
     return swar && tpr > 16 ? tpr / 2 : tpr;
 }
 
+// The chunks a thread of the dp4a form takes by default, fitted to `test_ops
+// --perf` at 14336 x 4096, 4096 x 14336 and 4096 x 4096 (docs/PERF.md, H100,
+// weights read from device memory): Q8_0, the cheapest to unpack, was
+// fastest at one (128 threads a 4096-wide row: 22.0 us against 25.6 at the
+// earlier 32), the codebook types, the dearest, at four, the others at two.
+static int mmvq_lane_chunks(int type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0:
+        return 1;
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS:
+        return 4;
+    default:
+        return 2;
+    }
+}
+
+// Types whose chunks hold four runs (64 activations a chunk): in the
+// one-token products their activation loads are the largest cost (ncu, Q4_K
+// at 14336 x 4096 on an H100: the L1 at 82% of its throughput), which the
+// rows form shares among four rows (mmvq_rows_kernel).
+static bool mmvq_four_runs(int type) {
+    switch (type) {
+#define F(T) return gpu_qt<T>::R == 4
+        GPU_QTYPE_CASES(F)
+#undef F
+    default:
+        return false;
+    }
+}
+
+void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {
+    // The rows form, 4 rows a warp, for types of four runs a chunk where the
+    // rows are many and give each of its lanes two chunks or more (Q4_K at
+    // 14336 x 4096: 14.0 us against 15.9 for the best threads per row; at
+    // 4096 rows 6.1 against 5.9; at 16384 x 2048, one chunk a lane, the
+    // 1B-shaped Q4_K_M model's decode lost 3%); otherwise the fewest
+    // threads a row from 32 (16 for rows of 16 chunks or fewer; 16 where 32
+    // would do cost that model's decode 3.5%) up to 256 that give each at
+    // most its type's chunks (mmvq_lane_chunks), more while rows of four
+    // chunks a thread or more leave the device short of threads.
+    const int64_t items = gpu_mmvq_items_per_row(type, cols);
+    *tpr = items <= 16 ? 16 : 32;
+    if (mmvq_four_runs(type) && rows >= 8192 && items >= 2 * 32) {
+        *tpr = 0;
+        *rpw = 4;
+        return;
+    }
+    while (*tpr < 256 && items > (int64_t)mmvq_lane_chunks(type) * *tpr) *tpr *= 2;
+    while (*tpr < 256 && rows * *tpr < (int64_t)n_sm * 2048 && items >= 4 * *tpr) *tpr *= 2;
+}
+
 // Both picks are fitted to `test_ops --perf-only batch` (every form at the
 // test models' decode shapes, n = 8, 16 and 32; docs/PERF.md): 4 rows a warp
 // and groups of 4 tokens were the best or near it at most shapes, small
@@ -329,7 +383,7 @@ int gpu_mmvq(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, i
              gpuStream_t s) {
     if (n < 1 || n > GPU_MMVQ_MAX_TOKENS || !gpu_set_valid(set, x.cols)) return -1;
     if (n > 1 && tpg != 2 && tpg != 4 && tpg != 8) return -1;
-    if (swar && (n > 1 || !gpu_mmvq_swar_fits(x.cols))) return -1;
+    if (swar && (n > 1 || tpr == 0 || !gpu_mmvq_swar_fits(x.cols))) return -1;
     switch (set.w[0].type) {
 #define F(T) return mmvq_type<T>(set, x, n, tpr, rpw, tpg, swar, add, s)
         GPU_QTYPE_CASES(F)

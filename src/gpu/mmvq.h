@@ -9,8 +9,9 @@
 
 // y[i] (n, rows) = x (n, cols) · w[i]ᵀ for every member of the set (one
 // launch): when n = 1 with tpr threads per row (16, 32, 64, 128 or 256); when
-// n > 1 with 32 threads for every rpw rows (1, 2 or 4) and the tokens in
-// groups of tpg (2, 4 or 8; each group reads the weights again); with add,
+// n > 1, or n = 1 with tpr = 0 (the rows form), with 32 threads for every
+// rpw rows (1, 2 or 4) and the tokens in groups of tpg (2, 4 or 8; each
+// group reads the weights again); with add,
 // y[i] += the product instead. swar (n = 1 and gpu_mmvq_swar_fits only): the SWAR dot
 // product of compat's portable.h instead of dp4a, with the same results, for
 // targets without a native dp4a (gpu_device_info.has_dp4a). Returns 0 once
@@ -44,6 +45,12 @@ int gpu_mmvq_items_per_row(int type, int64_t cols);
 // weights) on a device with n_sm multiprocessors, for the dp4a form or (swar)
 // the SWAR form.
 int gpu_pick_tpr(int64_t items, int64_t rows, int n_sm, bool swar);
+// The form the backend uses by default for one token and a quantized matrix
+// (all members of a set) of rows rows of cols elements of type (the dp4a
+// dot product) on a device of n_sm multiprocessors: *tpr threads a row
+// (16 .. 256), or *tpr = 0 and the rows form with *rpw rows a warp (*rpw is
+// left as it was for the other).
+void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw);
 // The rows per 32 threads (2 or 4) the backend uses by default for several
 // tokens: 4, or 2 where a matrix has too few rows to give the device's n_sm
 // multiprocessors 3/4 of a block each.
