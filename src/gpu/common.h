@@ -178,8 +178,9 @@ static __device__ __forceinline__ float gpu_block_max(float v) {
 // activations a row, their weights a matrix), keeping room below the half
 // range's 65504 for sums of two.
 static __device__ __forceinline__ int gpu_half_exponent(float amax) {
-    if (!(amax > 0.0f && amax < INFINITY)) return 0;
-    return min(max((int)(__float_as_uint(amax) >> 23) - 127 - 14, -126), 126);
+    const uint32_t bits = __float_as_uint(amax);
+    if (!(amax > 0.0f) || bits >= 0x7f800000u) return 0; // zero, negative, infinite or nan
+    return min(max((int)(bits >> 23) - 127 - 14, -126), 126);
 }
 
 // *y = v, or *y += v with add: a product's result, or a residual it adds to.
