@@ -72,6 +72,22 @@ static struct backend *open_desc(const struct backend_desc *d, const struct back
 #endif
 }
 
+int backend_gpu_devices(uint64_t *avail, int max) {
+#ifdef STRATA_GPU
+    const int n = gpu_device_count();
+    if (n <= 0) return -1; // the message says why
+    for (int i = 0; i < n && i < max; i++) {
+        uint64_t reserve;
+        if (gpu_device_avail(i, &avail[i], &reserve)) return -1;
+    }
+    return n < max ? n : max;
+#else
+    (void)avail;
+    (void)max;
+    return st_fail("this build has no GPU backend (make GPU=cuda, hip or spirv)");
+#endif
+}
+
 struct backend *backend_open(const char *name, const struct backend_opts *o) {
     if (!strcmp(name, "auto")) {
         for (int i = 0; i < N_REGISTRY; i++) {

@@ -222,6 +222,10 @@ bool backend_built(const struct backend_desc *d);
 // about the device (an unvalidated GPU) goes to stderr. Returns NULL with a
 // message naming the known backends, or what to rebuild with, on failure.
 struct backend *backend_open(const char *name, const struct backend_opts *o);
+// The GPUs the built GPU backend sees (at most max), each with the bytes it
+// may take (free memory less a reserve) in avail. Returns their count, or -1
+// with a message when this build has no GPU backend or no GPU is visible.
+int backend_gpu_devices(uint64_t *avail, int max);
 // Makes t (GGML_TYPE_F32 or GGML_TYPE_F16) be's KV cache type, before any
 // context is made on be. Returns 0, or -1 with a message when be's ops do not
 // take t (naming the types they do).

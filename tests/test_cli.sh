@@ -69,6 +69,20 @@ expect cache_k_v_differ 2 "-ctv f32: the K and V caches are kept in one type, an
     run -m "$tmp/tiny.gguf" -p hi -n 1 -ctk f16 -ctv f32
 expect main_gpu_negative 2 "--main-gpu: -1 is out of range \\[0, 1023\\]" -- run -m "$tmp/tiny.gguf" -p hi -n 1 --main-gpu -1
 expect main_gpu_cpu 0 "" -- run -m "$tmp/tiny.gguf" -p hi -n 1 -mg 1 --backend cpu
+expect split_mode_bad 2 "-sm: split mode 'Layer': use none, layer or row" -- run -m "$tmp/tiny.gguf" -p hi -sm Layer
+expect tensor_split_bad 2 "-ts: tensor split '3,x': entry 2 is not a number" -- run -m "$tmp/tiny.gguf" -p hi -ts 3,x
+expect tensor_split_zero 2 "--tensor-split: tensor split '0,0': every proportion is 0" -- \
+    run -m "$tmp/tiny.gguf" -p hi --tensor-split 0,0
+expect split_on_cpu 1 "--split-mode layer divides a model over GPUs, and the cpu backend runs on the host" -- \
+    run -m "$tmp/tiny.gguf" -p hi -n 1 -sm layer --backend cpu
+expect tensor_split_on_ref 1 "--tensor-split divides a model over GPUs, and the cpu-ref backend runs on the host" -- \
+    perplexity -m "$tmp/tiny.gguf" -f README.md -ts 1 --backend cpu-ref
+if "$BIN" info --devices 2>&1 | grep -q "none in this build"; then
+    expect split_no_gpu 1 "--split-mode row: this build has no GPU backend" -- run -m "$tmp/tiny.gguf" -p hi -sm row
+else
+    echo "  skip split_no_gpu: this build has a GPU backend"
+    skip=$((skip + 1))
+fi
 expect bench_busy 0 "tg8 .*busy: another process spins on CPU" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --busy
 expect bench_ceiling 0 "ceiling  [0-9.]* GB/s read: tg floor [0-9.]* tok/s, tg8 at [0-9]*% of it" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --ceiling
 expect bench_ceiling_ref 0 "ceiling  .* GB/s read" -- bench -m "$tmp/tiny.gguf" -p 0 -n 2 -r 1 --ceiling --backend cpu-ref

@@ -62,6 +62,9 @@ const char cli_model_opts_help[] =
     "      --cache-type T     the KV cache's element type, f16 or f32 (default: f16 on the CPU,\n"
     "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n"
     "  -mg, --main-gpu N      the GPU to run on, from 0 (default: 0; strata info --devices lists them)\n"
+    "  -sm, --split-mode M    none, layer or row: how a model is divided over several GPUs (default:\n"
+    "                         none, the whole model on --main-gpu; this build runs a model on one GPU)\n"
+    "  -ts, --tensor-split L  proportions of the model for each GPU, e.g. 3,1 (default: by free memory)\n"
     "      --temp T           temperature; 0 picks the most likely token (default: 0.8)\n"
     "      --top-k K          keep the K most likely tokens; 0 = off (default: 40)\n"
     "      --top-p P          keep the smallest set with probability >= P; 1 = off (default: 0.95)\n"
@@ -113,6 +116,15 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         VALUE();
         if (cli_parse_int(a, v, 0, 1023, &n)) return -1;
         o->s.device = (int)n;
+    } else if (IS("-sm", "--split-mode") || IS("-ts", "--tensor-split")) {
+        VALUE();
+        const bool mode = IS("-sm", "--split-mode");
+        if (mode ? placement_parse_mode(v, &o->s.split_mode)
+                 : placement_parse_split(v, o->s.tensor_split, &o->s.n_tensor_split)) {
+            char why[160];
+            snprintf(why, sizeof why, "%s", st_last_error());
+            return st_fail("%s: %s", a, why);
+        }
     } else if (IS("--cache-type", NULL) || IS("-ctk", "--cache-type-k") || IS("-ctv", "--cache-type-v")) {
         VALUE();
         enum ggml_type t, before;

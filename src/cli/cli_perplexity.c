@@ -45,7 +45,10 @@ static const char perplexity_help[] =
     "      --backend NAME     auto, cpu, cpu-ref (scalar reference), cuda, hip or spirv (default: auto)\n"
     "      --cache-type T     the KV cache's element type, f16 or f32 (default: f16 on the CPU,\n"
     "                         f32 on a GPU); -ctk/-ctv, which must agree, say the same\n"
-    "  -mg, --main-gpu N      the GPU to run on, from 0 (default: 0; strata info --devices lists them)\n";
+    "  -mg, --main-gpu N      the GPU to run on, from 0 (default: 0; strata info --devices lists them)\n"
+    "  -sm, --split-mode M    none, layer or row: how a model is divided over several GPUs (default:\n"
+    "                         none, the whole model on --main-gpu; this build runs a model on one GPU)\n"
+    "  -ts, --tensor-split L  proportions of the model for each GPU, e.g. 3,1 (default: by free memory)\n";
 
 // The whole file at path, NUL-terminated; *len its size. NULL with a message.
 static char *read_text(const char *path, size_t *len) {
@@ -83,10 +86,26 @@ static char *read_text(const char *path, size_t *len) {
 }
 
 static bool is_session_flag(const char *a) {
-    static const char *const flags[] = {
-        "-m",           "--model",   "-c",           "--ctx-size", "-t",   "--threads",      "-b",
-        "--batch-size", "--backend", "--cache-type", "-ctk",       "-ctv", "--cache-type-k", "--cache-type-v",
-        "-mg",          "--main-gpu"};
+    static const char *const flags[] = {"-m",
+                                        "--model",
+                                        "-c",
+                                        "--ctx-size",
+                                        "-t",
+                                        "--threads",
+                                        "-b",
+                                        "--batch-size",
+                                        "--backend",
+                                        "--cache-type",
+                                        "-ctk",
+                                        "-ctv",
+                                        "--cache-type-k",
+                                        "--cache-type-v",
+                                        "-mg",
+                                        "--main-gpu",
+                                        "-sm",
+                                        "--split-mode",
+                                        "-ts",
+                                        "--tensor-split"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strcmp(a, flags[i])) return true;
     return false;

@@ -204,14 +204,20 @@ int gpu_device_query(int index, struct gpu_device_info *o) {
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx, uint64_t scratch_bytes) {
+int gpu_device_avail(int device, uint64_t *avail, uint64_t *reserve) {
     size_t fr = 0, tot = 0;
     if (GPU_CHECK(gpuSetDevice(device)) || GPU_CHECK(gpuMemGetInfo(&fr, &tot)))
         return st_fail("GPU %d: cannot read free memory", device);
     // kept back for the runtime, the backend's own scratch and other users
-    uint64_t reserve = (uint64_t)tot / 64;
-    if (reserve < (256u << 20)) reserve = 256u << 20;
-    const uint64_t avail = fr > reserve ? fr - reserve : 0;
+    *reserve = (uint64_t)tot / 64;
+    if (*reserve < (256u << 20)) *reserve = 256u << 20;
+    *avail = fr > *reserve ? fr - *reserve : 0;
+    return 0;
+}
+
+int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx, uint64_t scratch_bytes) {
+    uint64_t avail, reserve;
+    if (gpu_device_avail(device, &avail, &reserve)) return -1;
     const uint64_t fixed = weight_bytes + scratch_bytes;
     const uint64_t need = fixed + kv_bytes;
     if (need <= avail) return 0;

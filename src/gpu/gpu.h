@@ -52,6 +52,11 @@ int gpu_device_count(void);
 // that this binary runs on it. Returns 0, or -1 with a message.
 int gpu_device_query(int index, struct gpu_device_info *out);
 
+// The bytes device may take: its free memory less the reserve kept back for
+// the runtime, the backend's own scratch and other users (gpu_memory_plan's).
+// Returns 0, or -1 with a message.
+int gpu_device_avail(int device, uint64_t *avail, uint64_t *reserve);
+
 // Checks, before anything is allocated, that weights, a KV cache of n_ctx
 // positions (kv_bytes in all) and scratch fit in device's free memory minus a
 // reserve. Returns 0, or -1 with a message naming the bytes needed and free

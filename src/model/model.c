@@ -549,6 +549,21 @@ uint64_t model_kv_bytes(const struct model *m, int n_ctx, enum ggml_type kv_type
            (uint64_t)m->hp.head_dim * (kv_type == GGML_TYPE_F16 ? 2u : 4u);
 }
 
+int model_for_each_layer_weight(const struct model *m, int l, int (*fn)(void *user, const struct weight *w),
+                                void *user) {
+    const struct layer_weights *L = &m->layers[l];
+    const struct weight *ws[] = {
+        &L->attn_norm,    &L->wq,        &L->bq,         &L->wk,       &L->bk,         &L->wv,
+        &L->bv,           &L->q_norm,    &L->k_norm,     &L->wo,       &L->bo,         &L->attn_post_norm,
+        &L->ffn_norm,     &L->w_gate,    &L->w_up,       &L->w_down,   &L->gate_inp,   &L->gate_exps,
+        &L->up_exps,      &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp,
+        &L->ffn_post_norm};
+    int rc;
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (weight_present(ws[i]) && (rc = fn(user, ws[i]))) return rc;
+    return 0;
+}
+
 int model_for_each_weight(const struct model *m, int (*fn)(void *user, const struct weight *w), void *user) {
     int rc;
 #define W(w)                                                                                                 \
@@ -557,16 +572,8 @@ int model_for_each_weight(const struct model *m, int (*fn)(void *user, const str
     W(&m->output_norm);
     if (!m->tied_output) W(&m->output);
     W(&m->output_b);
-    for (int l = 0; l < m->hp.n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
-        const struct weight *ws[] = {
-            &L->attn_norm,    &L->wq,        &L->bq,         &L->wk,       &L->bk,         &L->wv,
-            &L->bv,           &L->q_norm,    &L->k_norm,     &L->wo,       &L->bo,         &L->attn_post_norm,
-            &L->ffn_norm,     &L->w_gate,    &L->w_up,       &L->w_down,   &L->gate_inp,   &L->gate_exps,
-            &L->up_exps,      &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp, &L->gate_inp_shexp,
-            &L->ffn_post_norm};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) W(ws[i]);
-    }
 #undef W
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if ((rc = model_for_each_layer_weight(m, l, fn, user))) return rc;
     return 0;
 }

@@ -167,5 +167,8 @@ uint64_t model_kv_bytes(const struct model *m, int n_ctx, enum ggml_type kv_type
 // Calls fn for every weight of m (each once; a tied output is the embedding).
 // Stops at and returns the first non-zero fn result.
 int model_for_each_weight(const struct model *m, int (*fn)(void *user, const struct weight *w), void *user);
+// The same for the weights of block l alone.
+int model_for_each_layer_weight(const struct model *m, int l, int (*fn)(void *user, const struct weight *w),
+                                void *user);
 
 #endif

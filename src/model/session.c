@@ -17,6 +17,56 @@ void session_opts_default(struct session_opts *o) {
     o->backend = "auto";
 }
 
+// --split-mode and --tensor-split: plans the model over the GPUs the built
+// GPU backend sees (placement.h) and, as this build runs a model on one GPU,
+// takes the plan only where it puts everything on one: *device becomes that
+// GPU. Returns 0, or -1 with a message (a bad request, what does not fit, or
+// a plan over several GPUs and what to ask for instead).
+static int plan_split(const struct session_opts *o, const struct model *m, int n_ctx, int *device) {
+    const char *mode = o->split_mode == SPLIT_MODE_ROW     ? "--split-mode row"
+                       : o->split_mode == SPLIT_MODE_LAYER ? "--split-mode layer"
+                                                           : "--tensor-split";
+    int n_reg;
+    const struct backend_desc *reg = backend_registry(&n_reg);
+    for (int i = 0; i < n_reg; i++)
+        if (!strcmp(o->backend, reg[i].name) && !(reg[i].caps & BACKEND_CAP_GPU))
+            return st_fail(
+                "%s divides a model over GPUs, and the %s backend runs on the host: drop it or use a "
+                "GPU backend",
+                mode, reg[i].name);
+    uint64_t avail[PLACEMENT_MAX_DEV];
+    const int n = backend_gpu_devices(avail, PLACEMENT_MAX_DEV);
+    if (n < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", st_last_error());
+        return st_fail("%s: %s", mode, why);
+    }
+    enum ggml_type kt = GGML_TYPE_F32; // the GPU backends' default
+    if (o->cache_type && backend_parse_kv_type(o->cache_type, &kt)) return -1;
+    const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
+    uint64_t *lw = st_xcalloc((size_t)m->hp.n_layer, sizeof *lw);
+    const struct placement_model pm =
+        placement_model_of(m, n_ctx * (o->n_seq ? o->n_seq : 1), kt, context_scratch_bytes(m, n_batch), lw);
+    struct placement_devices d = {.n = n};
+    memcpy(d.avail, avail, sizeof(uint64_t) * (size_t)n);
+    struct placement p;
+    const int rc = placement_plan(&pm, &d, o->split_mode, o->tensor_split, o->n_tensor_split, o->device, &p);
+    free(lw);
+    if (rc) return -1;
+    if (p.n_used > 1) {
+        char where[512];
+        placement_describe(&p, where, sizeof where);
+        return st_fail(
+            "%s places the model over %d GPUs (%s), but this build runs a model on one "
+            "GPU: use --split-mode none with --main-gpu N, or a --tensor-split and --main-gpu that "
+            "give one GPU all of it",
+            mode, p.n_used, where);
+    }
+    for (int i = 0; i < n; i++)
+        if (p.need[i]) *device = i;
+    return 0;
+}
+
 int session_open(const struct session_opts *o, struct session *s) {
     memset(s, 0, sizeof *s);
     if (!o->model) return st_fail("no model given: use -m FILE (see --help)");
@@ -34,7 +84,10 @@ int session_open(const struct session_opts *o, struct session *s) {
                 "strata: warning: context %d is longer than the %d tokens the model was trained "
                 "on; quality may drop past that\n",
                 n_ctx, hp->n_ctx_train);
-    const struct backend_opts bo = {.n_threads = o->n_threads, .device = o->device};
+    int device = o->device;
+    if ((o->split_mode != SPLIT_MODE_NONE || o->n_tensor_split) && plan_split(o, s->model, n_ctx, &device))
+        goto fail;
+    const struct backend_opts bo = {.n_threads = o->n_threads, .device = device};
     if (!(s->be = backend_open(o->backend, &bo))) goto fail;
     if (o->cache_type) {
         enum ggml_type kt;

@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/placement.h"
 #include "text/chat.h"
 
 #define SESSION_DEFAULT_CTX 4096
@@ -18,18 +19,21 @@
 #define SESSION_AUTO_SEQ 4
 
 struct session_opts {
-    const char *model;      // GGUF path (required)
-    int n_ctx;              // positions; 0: SESSION_DEFAULT_CTX, or the model's own if smaller
-    int n_batch;            // tokens per forward pass (capped by n_ctx)
-    int n_threads;          // CPU threads; ≤ 0: every core
-    const char *backend;    // a registry name (backend.h) or "auto"
-    int device;             // the GPU a GPU backend runs on (--main-gpu), from 0
-    const char *cache_type; // the KV cache's element type, "f32" or "f16"; NULL: the backend's
-                            // default (f16 on the CPU backends, f32 on the GPU ones)
-    int n_seq;              // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
-                            // or 0: as many as SESSION_AUTO_SEQ that fit the memory
-    bool progress;          // pre-fault the model file's pages before use, with a progress
-                            // bar on stderr when it is a terminal and this takes a while
+    const char *model;                     // GGUF path (required)
+    int n_ctx;                             // positions; 0: SESSION_DEFAULT_CTX, or the model's own if smaller
+    int n_batch;                           // tokens per forward pass (capped by n_ctx)
+    int n_threads;                         // CPU threads; ≤ 0: every core
+    const char *backend;                   // a registry name (backend.h) or "auto"
+    int device;                            // the GPU a GPU backend runs on (--main-gpu), from 0
+    enum split_mode split_mode;            // --split-mode (SPLIT_MODE_NONE: the default)
+    float tensor_split[PLACEMENT_MAX_DEV]; // --tensor-split proportions,
+    int n_tensor_split;                    // n_tensor_split of them (0: none given)
+    const char *cache_type;                // the KV cache's element type, "f32" or "f16"; NULL: the backend's
+                                           // default (f16 on the CPU backends, f32 on the GPU ones)
+    int n_seq;                             // sequences (KV caches of n_ctx each) sharing one batch: ≥ 1,
+                                           // or 0: as many as SESSION_AUTO_SEQ that fit the memory
+    bool progress;                         // pre-fault the model file's pages before use, with a progress
+                                           // bar on stderr when it is a terminal and this takes a while
 };
 
 struct session {
