@@ -216,7 +216,7 @@ int gpu_device_avail(int device, uint64_t *avail, uint64_t *reserve) {
 }
 
 int gpu_memory_plan(int device, uint64_t weight_bytes, uint64_t kv_bytes, int n_ctx, uint64_t scratch_bytes) {
-    uint64_t avail, reserve;
+    uint64_t avail = 0, reserve = 0;
     if (gpu_device_avail(device, &avail, &reserve)) return -1;
     const uint64_t fixed = weight_bytes + scratch_bytes;
     const uint64_t need = fixed + kv_bytes;
