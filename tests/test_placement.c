@@ -84,7 +84,8 @@ static void test_layer(void) {
     CHECK(!placement_plan(&m, &d, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p), "%s", st_last_error());
     CHECK(p.layer_first[0] == 0 && p.layer_n[0] == 16 && p.layer_first[1] == 16 && p.layer_n[1] == 16,
           "%d+%d, %d+%d", p.layer_first[0], p.layer_n[0], p.layer_first[1], p.layer_n[1]);
-    CHECK(p.need[0] == 16 * (116ull << 20) + (256ull << 20) + GIB && p.need[1] == 16 * (116ull << 20) + (256ull << 20),
+    CHECK(p.need[0] == 16 * (116ull << 20) + (256ull << 20) + GIB &&
+              p.need[1] == 16 * (116ull << 20) + (256ull << 20),
           "need %llu %llu", (unsigned long long)p.need[0], (unsigned long long)p.need[1]);
     placement_describe(&p, buf, sizeof buf);
     CHECK(!strcmp(buf, "GPU 0 (main): blocks 0-15, 3.06 GiB; GPU 1: blocks 16-31, 2.06 GiB"), "%s", buf);
@@ -104,8 +105,8 @@ static void test_layer(void) {
     CHECK(strstr(buf, "GPU 0 (main): no blocks") && strstr(buf, "GPU 1: blocks 0-31"), "%s", buf);
     // a split that leaves the last GPU nothing: fewer devices used
     const struct placement_devices three = devs(3, (const double[]){8, 8, 8});
-    CHECK(!placement_plan(&m, &three, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p) && p.layer_n[2] == 0 &&
-              p.need[2] == 0 && p.n_used == 2,
+    CHECK(!placement_plan(&m, &three, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p) &&
+              p.layer_n[2] == 0 && p.need[2] == 0 && p.n_used == 2,
           "two of three: %d used", p.n_used);
     // rounding: 3 ways over 32 blocks
     CHECK(!placement_plan(&m, &three, SPLIT_MODE_LAYER, (const float[]){1, 1, 1}, 3, 0, &p) &&
@@ -122,7 +123,8 @@ static void test_layer(void) {
           "84,16: %s", st_last_error());
     // the two together are too small
     const struct placement_devices small = devs(2, (const double[]){2, 2});
-    CHECK(placement_plan(&m, &small, SPLIT_MODE_LAYER, NULL, 0, 0, &p) && has("does not fit these GPUs together") && has("embedding and output 1.00 GiB"),
+    CHECK(placement_plan(&m, &small, SPLIT_MODE_LAYER, NULL, 0, 0, &p) &&
+              has("does not fit these GPUs together") && has("embedding and output 1.00 GiB"),
           "%s", st_last_error());
 }
 
@@ -159,7 +161,8 @@ static void test_bad_requests(void) {
     CHECK(placement_plan(&m, &d, SPLIT_MODE_LAYER, (const float[]){1, 1, 1}, 3, 0, &p) &&
               has("names 3 GPUs but 2 are visible"),
           "%s", st_last_error());
-    CHECK(placement_plan(&m, &d, SPLIT_MODE_NONE, (const float[]){1, 1}, 2, 0, &p) && has("--split-mode none"),
+    CHECK(placement_plan(&m, &d, SPLIT_MODE_NONE, (const float[]){1, 1}, 2, 0, &p) &&
+              has("--split-mode none"),
           "%s", st_last_error());
     const struct placement_devices empty = devs(2, (const double[]){0, 0});
     CHECK(placement_plan(&m, &empty, SPLIT_MODE_LAYER, NULL, 0, 0, &p) && has("no GPU has memory"), "%s",

@@ -330,12 +330,13 @@ static bool mmvq_four_runs(int type) {
 
 void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {
     // The rows form, 4 rows a warp, for types of four runs a chunk where the
-    // rows are many and give each of its lanes two chunks or more (Q4_K at
-    // 14336 x 4096: 14.0 us against 15.9 for the best threads per row; at
-    // 4096 rows 6.1 against 5.9; at 16384 x 2048, one chunk a lane, the
-    // 1B-shaped Q4_K_M model's decode lost 3%); otherwise the fewest
-    // threads a row from 32 (16 for rows of 16 chunks or fewer; 16 where 32
-    // would do cost that model's decode 3.5%) up to 256 that give each at
+    // rows are many (Q4_K at 14336 x 4096: 14.0 us against 15.9 for the best
+    // threads per row; at 4096 rows 6.1 against 5.9) and give each of its
+    // lanes two chunks or more (narrower rows, as the 1B shape's 16384 x
+    // 2048, keep the form they had: the rows form there was measured only
+    // together with the change below); otherwise the fewest threads a row
+    // from 32 (16 for rows of 16 chunks or fewer: starting at 16 cost the
+    // 1B-shaped Q4_K_M model's decode 3-4%) up to 256 that give each at
     // most its type's chunks (mmvq_lane_chunks), more while rows of four
     // chunks a thread or more leave the device short of threads.
     const int64_t items = gpu_mmvq_items_per_row(type, cols);

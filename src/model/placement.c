@@ -104,8 +104,8 @@ static void split_heads(int n_head_kv, int n_dev, struct placement *p) {
 // Why device i falls short, and what would fit: a --tensor-split by what each
 // device has beyond its fixed part (scratch; the other weights on the main
 // one), or, when the whole does not fit, a smaller model or context.
-static int shortfall(const struct placement_model *m, const struct placement_devices *d, const struct placement *p,
-                     int i, uint64_t weights, uint64_t kv) {
+static int shortfall(const struct placement_model *m, const struct placement_devices *d,
+                     const struct placement *p, int i, uint64_t weights, uint64_t kv) {
     // everything, with scratch on every device, against all they have
     uint64_t total = m->other_weights + m->layer_kv * (uint64_t)m->n_layer, avail = 0;
     for (int l = 0; l < m->n_layer; l++) total += m->layer_weights[l];
@@ -118,44 +118,52 @@ static int shortfall(const struct placement_model *m, const struct placement_dev
         total += m->scratch;
     }
     char what[384], other[64] = "";
-    if (i == p->main_dev) snprintf(other, sizeof other, ", embedding and output %.2f GiB", gib(m->other_weights));
-    snprintf(what, sizeof what,
-             "GPU %d needs %.2f GiB (%s weights %.2f GiB, KV cache for %d positions %.2f GiB, scratch %.2f GiB%s) "
-             "but has %.2f GiB free beyond its reserve",
-             i, gib(p->need[i]), p->mode == SPLIT_MODE_ROW ? "its share of the blocks'" : "its blocks'", gib(weights),
-             m->n_ctx, gib(kv), gib(m->scratch), other, gib(d->avail[i]));
+    if (i == p->main_dev)
+        snprintf(other, sizeof other, ", embedding and output %.2f GiB", gib(m->other_weights));
+    snprintf(
+        what, sizeof what,
+        "GPU %d needs %.2f GiB (%s weights %.2f GiB, KV cache for %d positions %.2f GiB, scratch %.2f GiB%s) "
+        "but has %.2f GiB free beyond its reserve",
+        i, gib(p->need[i]), p->mode == SPLIT_MODE_ROW ? "its share of the blocks'" : "its blocks'",
+        gib(weights), m->n_ctx, gib(kv), gib(m->scratch), other, gib(d->avail[i]));
     if (d->n == 1 || total > avail || room_sum <= 0)
-        return st_fail("%s; %s: use a smaller quantization of the model or a smaller context (-c), or the CPU "
-                       "(--backend cpu)",
-                       what,
-                       d->n == 1 ? "there is no other GPU to share it"
-                                 : "the model does not fit these GPUs together");
+        return st_fail(
+            "%s; %s: use a smaller quantization of the model or a smaller context (-c), or the CPU "
+            "(--backend cpu)",
+            what,
+            d->n == 1 ? "there is no other GPU to share it" : "the model does not fit these GPUs together");
     if (p->mode == SPLIT_MODE_NONE)
-        return st_fail("%s: divide the model over the %d GPUs (--split-mode layer), or use a smaller context (-c)",
-                       what, d->n);
+        return st_fail(
+            "%s: divide the model over the %d GPUs (--split-mode layer), or use a smaller context (-c)", what,
+            d->n);
     char split[128] = "";
     for (int k = 0; k < d->n; k++)
         snprintf(split + strlen(split), sizeof split - strlen(split), "%s%d", k ? "," : "",
                  (int)lround(100.0 * room[k] / room_sum));
-    return st_fail("%s: give it a smaller share, e.g. --tensor-split %s (by what each GPU has free), or use a "
-                   "smaller context (-c)",
-                   what, split);
+    return st_fail(
+        "%s: give it a smaller share, e.g. --tensor-split %s (by what each GPU has free), or use a "
+        "smaller context (-c)",
+        what, split);
 }
 
 int placement_plan(const struct placement_model *m, const struct placement_devices *d, enum split_mode mode,
                    const float *split, int n_split, int main_dev, struct placement *p) {
     memset(p, 0, sizeof *p);
-    if (d->n < 1 || d->n > PLACEMENT_MAX_DEV) return st_fail("%d GPUs: there must be 1 to %d", d->n, PLACEMENT_MAX_DEV);
+    if (d->n < 1 || d->n > PLACEMENT_MAX_DEV)
+        return st_fail("%d GPUs: there must be 1 to %d", d->n, PLACEMENT_MAX_DEV);
     if (m->n_layer < 1) return st_fail("the model has no blocks to place");
     if (main_dev < 0 || main_dev >= d->n)
         return st_fail("--main-gpu %d: there %s %d GPU%s (0 .. %d)", main_dev, d->n == 1 ? "is" : "are", d->n,
                        d->n == 1 ? "" : "s", d->n - 1);
     if (n_split > d->n)
-        return st_fail("--tensor-split names %d GPUs but %d %s visible", n_split, d->n, d->n == 1 ? "is" : "are");
+        return st_fail("--tensor-split names %d GPUs but %d %s visible", n_split, d->n,
+                       d->n == 1 ? "is" : "are");
     if (mode == SPLIT_MODE_NONE && n_split)
-        return st_fail("--tensor-split divides a model over GPUs, but --split-mode none runs it on --main-gpu "
-                       "alone: use --split-mode layer or row");
-    if (mode == SPLIT_MODE_ROW && m->n_head_kv < 1) return st_fail("row split: the model has no KV heads to divide");
+        return st_fail(
+            "--tensor-split divides a model over GPUs, but --split-mode none runs it on --main-gpu "
+            "alone: use --split-mode layer or row");
+    if (mode == SPLIT_MODE_ROW && m->n_head_kv < 1)
+        return st_fail("row split: the model has no KV heads to divide");
     p->mode = mode;
     p->n_dev = d->n;
     p->main_dev = main_dev;
@@ -209,7 +217,8 @@ void placement_describe(const struct placement *p, char *buf, size_t cap) {
         if (p->mode == SPLIT_MODE_ROW)
             snprintf(part, sizeof part, "%d KV heads", p->heads[i]);
         else if (p->layer_n[i])
-            snprintf(part, sizeof part, "blocks %d-%d", p->layer_first[i], p->layer_first[i] + p->layer_n[i] - 1);
+            snprintf(part, sizeof part, "blocks %d-%d", p->layer_first[i],
+                     p->layer_first[i] + p->layer_n[i] - 1);
         else
             snprintf(part, sizeof part, "no blocks");
         const int w = snprintf(buf + n, cap - n, "%sGPU %d%s: %s, %.2f GiB", n ? "; " : "", i,

@@ -39,20 +39,20 @@ struct placement_model {
 
 // The devices, as the backend reports them.
 struct placement_devices {
-    int n;                                // 1 .. PLACEMENT_MAX_DEV
-    uint64_t avail[PLACEMENT_MAX_DEV];    // bytes each may take (free, less its reserve)
+    int n;                             // 1 .. PLACEMENT_MAX_DEV
+    uint64_t avail[PLACEMENT_MAX_DEV]; // bytes each may take (free, less its reserve)
 };
 
 struct placement {
     enum split_mode mode;
-    int n_dev;                            // devices considered (those reported)
-    int main_dev;                         // holds the other weights
-    double share[PLACEMENT_MAX_DEV];      // the proportions used, summing to 1
-    int layer_first[PLACEMENT_MAX_DEV];   // layer mode: the device's blocks first .. first + n - 1
-    int layer_n[PLACEMENT_MAX_DEV];       //   (none: all on main_dev)
-    int heads[PLACEMENT_MAX_DEV];         // row mode: the KV heads (and their query heads) it takes
-    uint64_t need[PLACEMENT_MAX_DEV];     // bytes planned on each
-    int n_used;                           // devices with anything on them
+    int n_dev;                          // devices considered (those reported)
+    int main_dev;                       // holds the other weights
+    double share[PLACEMENT_MAX_DEV];    // the proportions used, summing to 1
+    int layer_first[PLACEMENT_MAX_DEV]; // layer mode: the device's blocks first .. first + n - 1
+    int layer_n[PLACEMENT_MAX_DEV];     //   (none: all on main_dev)
+    int heads[PLACEMENT_MAX_DEV];       // row mode: the KV heads (and their query heads) it takes
+    uint64_t need[PLACEMENT_MAX_DEV];   // bytes planned on each
+    int n_used;                         // devices with anything on them
 };
 
 // The model's sizes for a KV cache of n_ctx positions (all sequences) in
