@@ -77,29 +77,29 @@ static bool is_flag(const char *a, const char *name, const char *alias) {
     return !strcmp(a, name) || (alias && !strcmp(a, alias));
 }
 
-int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    const char *v;
-    long long n;
-    double f;
 #define IS(s1, s2) is_flag(a, s1, s2)
 #define VALUE()                                                                                              \
     if (!(v = cli_value(argc, argv, i))) return -1;
+
+int cli_session_opt(struct session_opts *so, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v;
+    long long n;
     if (IS("-m", "--model")) {
         VALUE();
-        o->s.model = v;
+        so->model = v;
     } else if (IS("-c", "--ctx-size")) {
         VALUE();
         if (cli_parse_int(a, v, 1, 1 << 24, &n)) return -1;
-        o->s.n_ctx = (int)n;
+        so->n_ctx = (int)n;
     } else if (IS("-t", "--threads")) {
         VALUE();
         if (cli_parse_int(a, v, 1, 1024, &n)) return -1;
-        o->s.n_threads = (int)n;
+        so->n_threads = (int)n;
     } else if (IS("-b", "--batch-size")) {
         VALUE();
         if (cli_parse_int(a, v, 1, 1 << 16, &n)) return -1;
-        o->s.n_batch = (int)n;
+        so->n_batch = (int)n;
     } else if (IS("--backend", NULL)) {
         VALUE();
         int n_reg;
@@ -111,16 +111,16 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
             snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", reg[k].name);
         }
         if (!ok) return st_fail("--backend: unknown backend '%s' (known: %s)", v, known);
-        o->s.backend = v;
+        so->backend = v;
     } else if (IS("-mg", "--main-gpu")) {
         VALUE();
         if (cli_parse_int(a, v, 0, 1023, &n)) return -1;
-        o->s.device = (int)n;
+        so->device = (int)n;
     } else if (IS("-sm", "--split-mode") || IS("-ts", "--tensor-split")) {
         VALUE();
         const bool mode = IS("-sm", "--split-mode");
-        if (mode ? placement_parse_mode(v, &o->s.split_mode)
-                 : placement_parse_split(v, o->s.tensor_split, &o->s.n_tensor_split)) {
+        if (mode ? placement_parse_mode(v, &so->split_mode)
+                 : placement_parse_split(v, so->tensor_split, &so->n_tensor_split)) {
             char why[160];
             snprintf(why, sizeof why, "%s", st_last_error());
             return st_fail("%s: %s", a, why);
@@ -133,11 +133,24 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
             snprintf(why, sizeof why, "%s", st_last_error());
             return st_fail("%s: %s", a, why);
         }
-        if (o->s.cache_type && !backend_parse_kv_type(o->s.cache_type, &before) && before != t)
+        if (so->cache_type && !backend_parse_kv_type(so->cache_type, &before) && before != t)
             return st_fail("%s %s: the K and V caches are kept in one type, and %s was asked for already", a,
-                           v, o->s.cache_type);
-        o->s.cache_type = v;
-    } else if (IS("--temp", NULL)) {
+                           v, so->cache_type);
+        so->cache_type = v;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
+    const int rc = cli_session_opt(&o->s, argc, argv, i);
+    if (rc) return rc;
+    const char *a = argv[*i];
+    const char *v;
+    long long n;
+    double f;
+    if (IS("--temp", NULL)) {
         VALUE();
         if (cli_parse_float(a, v, 0, 1e6, &f)) return -1;
         o->sp.temperature = (float)f;

@@ -28,6 +28,10 @@ void cli_model_opts_default(struct cli_model_opts *o);
 // If argv[*i] is one of the shared options, consumes it (and its value) and
 // returns 1; returns 0 if it is not one; -1 with a message for a bad value.
 int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i);
+// The same for the session's options alone (-m, -c, -t, -b, --backend,
+// --cache-type, --main-gpu, --split-mode, --tensor-split: no sampling), for
+// commands that do not sample.
+int cli_session_opt(struct session_opts *so, int argc, char **argv, int *i);
 // The help text of the shared options.
 extern const char cli_model_opts_help[];
 

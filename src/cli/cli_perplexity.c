@@ -85,32 +85,6 @@ static char *read_text(const char *path, size_t *len) {
     return buf;
 }
 
-static bool is_session_flag(const char *a) {
-    static const char *const flags[] = {"-m",
-                                        "--model",
-                                        "-c",
-                                        "--ctx-size",
-                                        "-t",
-                                        "--threads",
-                                        "-b",
-                                        "--batch-size",
-                                        "--backend",
-                                        "--cache-type",
-                                        "-ctk",
-                                        "-ctv",
-                                        "--cache-type-k",
-                                        "--cache-type-v",
-                                        "-mg",
-                                        "--main-gpu",
-                                        "-sm",
-                                        "--split-mode",
-                                        "-ts",
-                                        "--tensor-split"};
-    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
-        if (!strcmp(a, flags[i])) return true;
-    return false;
-}
-
 // Tokenizes the text at path as llama-perplexity does (BOS as the vocabulary
 // says, special-token text kept as text). Returns the count and sets *ids, or -1.
 static int text_tokens(const struct model *m, const char *path, int32_t **ids) {
@@ -193,8 +167,9 @@ int cli_perplexity(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v;
-        if (is_session_flag(a)) {
-            if (cli_model_opt(&o, argc, argv, &i) < 0) goto usage_error;
+        const int session = cli_session_opt(&o.s, argc, argv, &i);
+        if (session < 0) goto usage_error;
+        if (session) {
             batch_given |= !strcmp(a, "-b") || !strcmp(a, "--batch-size");
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("%s", perplexity_help);
