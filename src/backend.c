@@ -88,6 +88,12 @@ int backend_gpu_devices(uint64_t *avail, int max) {
 #endif
 }
 
+const struct backend_desc *backend_find(const char *name) {
+    for (int i = 0; i < N_REGISTRY; i++)
+        if (!strcmp(name, registry[i].name)) return &registry[i];
+    return NULL;
+}
+
 struct backend *backend_open(const char *name, const struct backend_opts *o) {
     if (!strcmp(name, "auto")) {
         for (int i = 0; i < N_REGISTRY; i++) {
@@ -98,17 +104,15 @@ struct backend *backend_open(const char *name, const struct backend_opts *o) {
         }
         return backend_cpu_init(o->n_threads);
     }
-    char known[128] = "auto";
-    for (int i = 0; i < N_REGISTRY; i++) {
-        const struct backend_desc *d = &registry[i];
-        snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", d->name);
-        if (strcmp(name, d->name)) continue;
-        if (!backend_built(d)) {
-            st_fail("backend %s is not in this build of strata; rebuild with `make GPU=%s`", name, name);
-            return NULL;
-        }
-        return open_desc(d, o);
+    const struct backend_desc *d = backend_find(name);
+    if (d && !backend_built(d)) {
+        st_fail("backend %s is not in this build of strata; rebuild with `make GPU=%s`", name, name);
+        return NULL;
     }
+    if (d) return open_desc(d, o);
+    char known[128] = "auto";
+    for (int i = 0; i < N_REGISTRY; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", registry[i].name);
     st_fail("unknown backend '%s' (known: %s)", name, known);
     return NULL;
 }

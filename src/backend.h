@@ -215,6 +215,8 @@ struct backend_desc {
 
 // Every backend this project knows, built into this binary or not: *n entries.
 const struct backend_desc *backend_registry(int *n);
+// The registry's entry called name, or NULL ("auto" is none).
+const struct backend_desc *backend_find(const char *name);
 // Whether this build holds backend d (a GPU backend needs `make GPU=...`).
 bool backend_built(const struct backend_desc *d);
 // Opens the backend called name, or with "auto" the first built GPU backend

@@ -26,14 +26,12 @@ static int plan_split(const struct session_opts *o, const struct model *m, int n
     const char *mode = o->split_mode == SPLIT_MODE_ROW     ? "--split-mode row"
                        : o->split_mode == SPLIT_MODE_LAYER ? "--split-mode layer"
                                                            : "--tensor-split";
-    int n_reg;
-    const struct backend_desc *reg = backend_registry(&n_reg);
-    for (int i = 0; i < n_reg; i++)
-        if (!strcmp(o->backend, reg[i].name) && !(reg[i].caps & BACKEND_CAP_GPU))
-            return st_fail(
-                "%s divides a model over GPUs, and the %s backend runs on the host: drop it or use a "
-                "GPU backend",
-                mode, reg[i].name);
+    const struct backend_desc *named = backend_find(o->backend);
+    if (named && !(named->caps & BACKEND_CAP_GPU))
+        return st_fail(
+            "%s divides a model over GPUs, and the %s backend runs on the host: drop it or use a GPU "
+            "backend",
+            mode, named->name);
     uint64_t avail[PLACEMENT_MAX_DEV];
     const int n = backend_gpu_devices(avail, PLACEMENT_MAX_DEV);
     if (n < 0) {
