@@ -278,7 +278,8 @@ static int act_block(const struct be_entry *e, enum ggml_type t) {
     if (is_float_type(t)) return 0;
     if (e->gpu) return 32;
     enum gemm_type gt;
-    if (gemm_type_of(t, &gt)) return GEMM_QK; // the repacked kernels' activation blocks
+    if (gemm_type_of(t, &gt)) // the repacked kernels' activation blocks, or their super-blocks' shared scale
+        return gemm_super_scales(gt) ? 8 * GEMM_QK : GEMM_QK;
     const enum ggml_type vt = quant_get(t)->vec_dot_type;
     return (int)quant_get(vt)->block_size;
 }

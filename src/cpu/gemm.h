@@ -134,6 +134,10 @@ static inline void gemm_act_scales(struct gemm_act *a, size_t i, float amax, int
 // Blocks of 32 that share one activation scale: 8 with super_scales, else 1.
 static inline int64_t gemm_act_span(const struct gemm_act *a) { return a->super_scales ? 8 : 1; }
 
+// Whether activations for weights of type gt share one scale per 256-element
+// super-block (gemm_act.super_scales): the K types'.
+static inline bool gemm_super_scales(enum gemm_type gt) { return gt == GEMM_Q4_K || gt == GEMM_Q6_K; }
+
 // Kernel sets, each a superset of the CPU features of the one before. AMX: AMX
 // int8 tiles for prompts, AVX-512 VNNI for single tokens and Q6_K.
 enum gemm_isa {

@@ -239,7 +239,7 @@ void gemm_act_layout(struct gemm_act *a, void *buf, int n, int64_t cols, enum ge
     a->n = n;
     a->cols = cols;
     a->half_scales = gt == GEMM_Q4_0 || gt == GEMM_Q4_1 || gt == GEMM_Q8_0;
-    a->super_scales = gt == GEMM_Q4_K || gt == GEMM_Q6_K; // their cols are multiples of 256
+    a->super_scales = gemm_super_scales(gt); // their cols are multiples of 256
     a->qs = (int8_t *)(b + off[0]);
     a->d = (float *)(b + off[1]);
     a->s = (float *)(b + off[2]);
