@@ -14,7 +14,8 @@
 #define GIB (1ull << 30)
 
 // A model of 32 blocks of 100 MiB with 8 KV heads, 1 GiB of embedding and
-// output, a KV cache of 16 MiB a block for 4096 positions, 256 MiB of scratch.
+// output (512 MiB each, not tied), a KV cache of 16 MiB a block for 4096
+// positions, 256 MiB of scratch.
 static uint64_t blocks[32];
 static struct placement_model model32(void) {
     for (int l = 0; l < 32; l++) blocks[l] = 100ull << 20;
@@ -22,6 +23,8 @@ static struct placement_model model32(void) {
                                     .layer_weights = blocks,
                                     .layer_kv = 16ull << 20,
                                     .other_weights = GIB,
+                                    .embd_weights = GIB / 2,
+                                    .out_weights = GIB / 2,
                                     .scratch = 256ull << 20,
                                     .n_head_kv = 8,
                                     .n_ctx = 4096};
@@ -84,11 +87,12 @@ static void test_layer(void) {
     CHECK(!placement_plan(&m, &d, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p), "%s", st_last_error());
     CHECK(p.layer_first[0] == 0 && p.layer_n[0] == 16 && p.layer_first[1] == 16 && p.layer_n[1] == 16,
           "%d+%d, %d+%d", p.layer_first[0], p.layer_n[0], p.layer_first[1], p.layer_n[1]);
-    CHECK(p.need[0] == 16 * (116ull << 20) + (256ull << 20) + GIB &&
-              p.need[1] == 16 * (116ull << 20) + (256ull << 20),
+    // the embedding on the first, the output layer on the last
+    CHECK(p.need[0] == 16 * (116ull << 20) + (256ull << 20) + GIB / 2 &&
+              p.need[1] == 16 * (116ull << 20) + (256ull << 20) + GIB / 2,
           "need %llu %llu", (unsigned long long)p.need[0], (unsigned long long)p.need[1]);
     placement_describe(&p, buf, sizeof buf);
-    CHECK(!strcmp(buf, "GPU 0 (main): blocks 0-15, 3.06 GiB; GPU 1: blocks 16-31, 2.06 GiB"), "%s", buf);
+    CHECK(!strcmp(buf, "GPU 0: blocks 0-15, 2.56 GiB; GPU 1: blocks 16-31, 2.56 GiB"), "%s", buf);
     // 3:1, and by free memory when no split is given (6 and 2 GiB: the same 3:1)
     CHECK(!placement_plan(&m, &d, SPLIT_MODE_LAYER, (const float[]){3, 1}, 2, 0, &p) && p.layer_n[0] == 24 &&
               p.layer_n[1] == 8,
@@ -97,12 +101,13 @@ static void test_layer(void) {
     CHECK(!placement_plan(&m, &by_free, SPLIT_MODE_LAYER, NULL, 0, 0, &p) && p.layer_n[0] == 24 &&
               p.layer_n[1] == 8,
           "by free memory gave %d, %d: %s", p.layer_n[0], p.layer_n[1], st_last_error());
-    // every block on GPU 1; GPU 0 keeps the embedding and output as the main device
+    // every block on GPU 1: the embedding and output go with them (the main GPU holds nothing)
     CHECK(!placement_plan(&m, &d, SPLIT_MODE_LAYER, (const float[]){0, 1}, 2, 0, &p) && p.layer_n[0] == 0 &&
-              p.layer_n[1] == 32 && p.n_used == 2 && p.need[0] == GIB + (256ull << 20),
+              p.layer_n[1] == 32 && p.n_used == 1 && p.need[0] == 0 &&
+              p.need[1] == 32 * (116ull << 20) + (256ull << 20) + GIB,
           "0,1 gave %d, %d", p.layer_n[0], p.layer_n[1]);
     placement_describe(&p, buf, sizeof buf);
-    CHECK(strstr(buf, "GPU 0 (main): no blocks") && strstr(buf, "GPU 1: blocks 0-31"), "%s", buf);
+    CHECK(!strcmp(buf, "GPU 1: blocks 0-31, 4.88 GiB"), "%s", buf);
     // a split that leaves the last GPU nothing: fewer devices used
     const struct placement_devices three = devs(3, (const double[]){8, 8, 8});
     CHECK(!placement_plan(&m, &three, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p) &&
@@ -115,16 +120,17 @@ static void test_layer(void) {
     // GPU 1 too small for half: named, with a split by what each has that fits
     const struct placement_devices small1 = devs(2, (const double[]){8, 1.5});
     CHECK(placement_plan(&m, &small1, SPLIT_MODE_LAYER, (const float[]){1, 1}, 2, 0, &p) &&
-              has("GPU 1 needs 2.06 GiB") && has("has 1.50 GiB") && has("--tensor-split 84,16"),
+              has("GPU 1 needs 2.56 GiB") && has("has 1.50 GiB") && has("output layer 0.50 GiB") &&
+              has("--tensor-split 91,9"),
           "%s", st_last_error());
-    // (room beyond the fixed parts: 8 - 1.25 and 1.5 - 0.25 GiB) and that split fits
-    CHECK(!placement_plan(&m, &small1, SPLIT_MODE_LAYER, (const float[]){84, 16}, 2, 0, &p) &&
-              p.layer_n[1] == 5,
-          "84,16: %s", st_last_error());
+    // (room beyond the fixed parts: 8 - 0.75 and 1.5 - 0.75 GiB) and that split fits
+    CHECK(!placement_plan(&m, &small1, SPLIT_MODE_LAYER, (const float[]){91, 9}, 2, 0, &p) &&
+              p.layer_n[1] == 3,
+          "91,9: %s", st_last_error());
     // the two together are too small
     const struct placement_devices small = devs(2, (const double[]){2, 2});
     CHECK(placement_plan(&m, &small, SPLIT_MODE_LAYER, NULL, 0, 0, &p) &&
-              has("does not fit these GPUs together") && has("embedding and output 1.00 GiB"),
+              has("does not fit these GPUs together") && has("embedding 0.50 GiB"),
           "%s", st_last_error());
 }
 
@@ -190,6 +196,11 @@ static void test_model_sizes(void) {
         CHECK(lw[0] + lw[1] + lw[2] + pm.other_weights == m->weight_bytes && pm.other_weights > 0,
               "%llu + %llu != %llu", (unsigned long long)(lw[0] + lw[1] + lw[2]),
               (unsigned long long)pm.other_weights, (unsigned long long)m->weight_bytes);
+        CHECK(pm.embd_weights > 0 && pm.out_weights > 0 &&
+                  pm.embd_weights + pm.out_weights ==
+                      pm.other_weights + (m->tied_output ? pm.embd_weights : 0),
+              "embedding %llu, output %llu, other %llu", (unsigned long long)pm.embd_weights,
+              (unsigned long long)pm.out_weights, (unsigned long long)pm.other_weights);
         CHECK(pm.layer_kv * 3 == model_kv_bytes(m, 256, GGML_TYPE_F16) && pm.n_head_kv == m->hp.n_head_kv,
               "kv %llu", (unsigned long long)pm.layer_kv);
         model_free(m);

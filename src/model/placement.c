@@ -67,6 +67,10 @@ struct placement_model placement_model_of(const struct model *m, int n_ctx, enum
         in_layers += layer_weights[l];
     }
     pm.other_weights = m->weight_bytes > in_layers ? m->weight_bytes - in_layers : 0;
+    add_bytes(&pm.embd_weights, &m->tok_embd);
+    const struct weight *out[] = {&m->output_norm, &m->output, &m->output_b};
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        if (weight_present(out[i])) add_bytes(&pm.out_weights, out[i]);
     return pm;
 }
 
@@ -101,25 +105,47 @@ static void split_heads(int n_head_kv, int n_dev, struct placement *p) {
     }
 }
 
+// The weights device i holds beside its blocks (or heads): the other
+// weights on the main device; in layer mode the embedding on the first
+// device with blocks and the output layer on the last (all of them where
+// those are one device); *what (if not NULL) names them.
+static uint64_t fixed_weights(const struct placement_model *m, const struct placement *p, int i,
+                              const char **what) {
+    int first = p->main_dev, last = p->main_dev;
+    if (p->mode == SPLIT_MODE_LAYER) {
+        first = last = -1;
+        for (int k = 0; k < p->n_dev; k++)
+            if (p->layer_n[k] > 0) {
+                if (first < 0) first = k;
+                last = k;
+            }
+    }
+    if (what) *what = i != first ? "output layer" : i != last ? "embedding" : "embedding and output";
+    if (first == last) return i == first ? m->other_weights : 0;
+    return (i == first ? m->embd_weights : 0) + (i == last ? m->out_weights : 0);
+}
+
 // Why device i falls short, and what would fit: a --tensor-split by what each
 // device has beyond its fixed part (scratch; the other weights on the main
 // one), or, when the whole does not fit, a smaller model or context.
 static int shortfall(const struct placement_model *m, const struct placement_devices *d,
                      const struct placement *p, int i, uint64_t weights, uint64_t kv) {
     // everything, with scratch on every device, against all they have
-    uint64_t total = m->other_weights + m->layer_kv * (uint64_t)m->n_layer, avail = 0;
+    uint64_t total = m->layer_kv * (uint64_t)m->n_layer, avail = 0;
     for (int l = 0; l < m->n_layer; l++) total += m->layer_weights[l];
     double room[PLACEMENT_MAX_DEV], room_sum = 0;
     for (int k = 0; k < d->n; k++) {
-        const uint64_t own = m->scratch + (k == p->main_dev ? m->other_weights : 0);
+        const uint64_t own = m->scratch + fixed_weights(m, p, k, NULL);
+        total += fixed_weights(m, p, k, NULL);
         room[k] = d->avail[k] > own ? (double)(d->avail[k] - own) : 0.0;
         room_sum += room[k];
         avail += d->avail[k];
         total += m->scratch;
     }
     char what[384], other[64] = "";
-    if (i == p->main_dev)
-        snprintf(other, sizeof other, ", embedding and output %.2f GiB", gib(m->other_weights));
+    const char *fixed_what;
+    const uint64_t fixed = fixed_weights(m, p, i, &fixed_what);
+    if (fixed) snprintf(other, sizeof other, ", %s %.2f GiB", fixed_what, gib(fixed));
     snprintf(
         what, sizeof what,
         "GPU %d needs %.2f GiB (%s weights %.2f GiB, KV cache for %d positions %.2f GiB, scratch %.2f GiB%s) "
@@ -198,10 +224,10 @@ int placement_plan(const struct placement_model *m, const struct placement_devic
         }
     }
     for (int i = 0; i < d->n; i++) {
-        const bool used = i == main_dev || p->layer_n[i] > 0 || p->heads[i] > 0;
+        const bool used = mode == SPLIT_MODE_LAYER ? p->layer_n[i] > 0 : i == main_dev || p->heads[i] > 0;
         if (!used) continue;
         p->n_used++;
-        p->need[i] = weights[i] + kv[i] + m->scratch + (i == main_dev ? m->other_weights : 0);
+        p->need[i] = weights[i] + kv[i] + m->scratch + fixed_weights(m, p, i, NULL);
     }
     for (int i = 0; i < d->n; i++)
         if (p->need[i] > d->avail[i]) return shortfall(m, d, p, i, weights[i], kv[i]);
@@ -216,13 +242,12 @@ void placement_describe(const struct placement *p, char *buf, size_t cap) {
         char part[96];
         if (p->mode == SPLIT_MODE_ROW)
             snprintf(part, sizeof part, "%d KV heads", p->heads[i]);
-        else if (p->layer_n[i])
+        else
             snprintf(part, sizeof part, "blocks %d-%d", p->layer_first[i],
                      p->layer_first[i] + p->layer_n[i] - 1);
-        else
-            snprintf(part, sizeof part, "no blocks");
-        const int w = snprintf(buf + n, cap - n, "%sGPU %d%s: %s, %.2f GiB", n ? "; " : "", i,
-                               i == p->main_dev ? " (main)" : "", part, gib(p->need[i]));
+        const int w =
+            snprintf(buf + n, cap - n, "%sGPU %d%s: %s, %.2f GiB", n ? "; " : "", i,
+                     i == p->main_dev && p->mode != SPLIT_MODE_LAYER ? " (main)" : "", part, gib(p->need[i]));
         n = w < 0 || (size_t)w >= cap - n ? cap - 1 : n + (size_t)w; // cut at cap
     }
 }

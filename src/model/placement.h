@@ -31,7 +31,10 @@ struct placement_model {
     int n_layer;
     const uint64_t *layer_weights; // [n_layer] each block's weights
     uint64_t layer_kv;             // one block's KV cache (all positions and sequences)
-    uint64_t other_weights;        // the embedding, the output and its norm: on the main device
+    uint64_t other_weights;        // the embedding, the output and its norm: on the main device (on the
+                                   // one device of a layer split that runs every block)
+    uint64_t embd_weights;         // layer split over several devices: the embedding, on the first
+    uint64_t out_weights;          //   and the output layer (a tied one a copy of the embedding), on the last
     uint64_t scratch;              // the activations' scratch, on every device used
     int n_head_kv;                 // row split: devices take whole KV heads
     int n_ctx;                     // positions of the KV cache (for messages)
@@ -46,7 +49,7 @@ struct placement_devices {
 struct placement {
     enum split_mode mode;
     int n_dev;                          // devices considered (those reported)
-    int main_dev;                       // holds the other weights
+    int main_dev;                       // holds the other weights (but in layer mode: see placement_plan)
     double share[PLACEMENT_MAX_DEV];    // the proportions used, summing to 1
     int layer_first[PLACEMENT_MAX_DEV]; // layer mode: the device's blocks first .. first + n - 1
     int layer_n[PLACEMENT_MAX_DEV];     //   (none: all on main_dev)
@@ -65,7 +68,9 @@ struct placement_model placement_model_of(const struct model *m, int n_ctx, enum
 // each device's avail); main_dev the device of the other weights (and the
 // only one in mode none). Layer mode gives device i the blocks from
 // round(C(i-1)·n_layer) to round(C(i)·n_layer) - 1, C the running sum of the
-// shares; row mode gives it round-to-largest-remainder shares of the KV
+// shares, and the embedding to the first device with blocks and the output
+// layer to the last (the order a pass runs them in; main_dev then only has to
+// exist); row mode gives it round-to-largest-remainder shares of the KV
 // heads. Then every device used must hold what it was given. Returns 0 and
 // fills *p, or -1 with a message: a bad request (a split naming more devices
 // than there are, a main device that is not there, a split with mode none),
