@@ -416,6 +416,119 @@ static void test_sequences_on_gpu(void) {
     if (!ran) SKIP("this build has no GPU backend");
 }
 
+// A layer split (context_init_split) whose stages run the same kernels gives
+// the one-backend logits to the bit: split 2 and 3 ways (a backend of its own
+// for each stage, opened by open), a prompt with every row's logits, greedy
+// decode steps after it (recorded and replayed where the backend has graphs),
+// two sequences in one batch, and the hidden states. Splits that are not one
+// are refused.
+static void check_split(struct backend *(*open)(const char *), const char *name) {
+    const int V = model->hp.n_vocab, L = model->hp.n_layer, E = model->hp.n_embd;
+    const int ends2[2] = {L / 2, L}, ends3[3] = {1, L - 1, L};
+    const int *ends[2] = {ends2, ends3};
+    struct backend *one = open(name), *bes[3] = {open(name), open(name), open(name)};
+    CHECK(one && bes[0] && bes[1] && bes[2], "%s: %s", name, st_last_error());
+    if (!one || !bes[0] || !bes[1] || !bes[2]) return;
+    const struct prompt *p0 = &prompts[0], *p1 = &prompts[1 % n_prompts];
+    const int n0 = p0->n < 48 ? p0->n : 48, n1 = p1->n < 12 ? p1->n : 12, steps = 6;
+    float *la = malloc(sizeof(float) * (size_t)n0 * V), *lb = malloc(sizeof(float) * (size_t)n0 * V);
+    for (int k = 0; k < 2; k++) {
+        const int n_stage = k + 2;
+        struct context *a[2] = {NULL, NULL}, *b[2] = {NULL, NULL};
+        CHECK(!context_init(model, one, 256, 64, 2, &a[0]) && !context_init_seq(a[0], &a[1]), "%s",
+              st_last_error());
+        CHECK(!context_init_split(model, bes, ends[k], n_stage, 256, 64, 2, &b[0]) &&
+                  !context_init_seq(b[0], &b[1]),
+              "%s", st_last_error());
+        if (!a[1] || !b[1]) {
+            for (int s = 1; s >= 0; s--) context_free(a[s]), context_free(b[s]);
+            continue;
+        }
+        size_t differ = 0, compared = 0;
+#define SAME(x, y, count)                                                                                    \
+    do {                                                                                                     \
+        for (size_t i_ = 0; i_ < (size_t)(count); i_++)                                                      \
+            differ += memcmp(&(x)[i_], &(y)[i_], sizeof *(x)) != 0;                                          \
+        compared += (size_t)(count);                                                                         \
+    } while (0)
+        // the prompt, every row's logits
+        CHECK(!context_forward(a[0], p0->ids, n0, 0, la, true) &&
+                  !context_forward(b[0], p0->ids, n0, 0, lb, true),
+              "%s", st_last_error());
+        SAME(la, lb, (size_t)n0 * V);
+        // greedy steps after it: one token a step, as graphs where the backend records them
+        int32_t tok = sampler_argmax(la + (size_t)(n0 - 1) * V, V);
+        for (int t = 0; t < steps; t++) {
+            CHECK(!context_forward(a[0], &tok, 1, n0 + t, la, false) &&
+                      !context_forward(b[0], &tok, 1, n0 + t, lb, false),
+                  "%s", st_last_error());
+            SAME(la, lb, V);
+            tok = sampler_argmax(la, V);
+        }
+        // two sequences in one batch: the first's next token and the second's prompt
+        const struct forward_span sa[2] = {{a[0], &tok, 1, n0 + steps, SPAN_LOGITS_LAST},
+                                           {a[1], p1->ids, n1, 0, SPAN_LOGITS_ALL}};
+        const struct forward_span sb[2] = {{b[0], &tok, 1, n0 + steps, SPAN_LOGITS_LAST},
+                                           {b[1], p1->ids, n1, 0, SPAN_LOGITS_ALL}};
+        CHECK(!context_forward_batch(a[0], sa, 2, la) && !context_forward_batch(b[0], sb, 2, lb), "%s",
+              st_last_error());
+        SAME(la, lb, (size_t)(1 + n1) * V);
+        CHECK(b[0]->n_past == n0 + steps + 1 && b[1]->n_past == n1, "n_past %d and %d after the batch",
+              b[0]->n_past, b[1]->n_past);
+        // the hidden states, over the second sequence's cache again
+        CHECK(!context_forward_hidden(a[1], p1->ids, n1, 0, la) &&
+                  !context_forward_hidden(b[1], p1->ids, n1, 0, lb),
+              "%s", st_last_error());
+        SAME(la, lb, (size_t)n1 * E);
+#undef SAME
+        printf("    %s split %d ways: %zu of %zu logits and states differ from one backend's\n", name,
+               n_stage, differ, compared);
+        CHECK(differ == 0 && compared > 0, "%s: a layer split changed %zu of %zu values", name, differ,
+              compared);
+        for (int s = 1; s >= 0; s--) context_free(a[s]), context_free(b[s]);
+    }
+    // not splits: the stages must cover every block, each at least one
+    struct context *bad = NULL;
+    const int short_end[1] = {L - 1}, empty[2] = {0, L}, repeat[3] = {2, 2, L};
+    CHECK(context_init_split(model, bes, short_end, 1, 256, 64, 1, &bad) && !bad &&
+              strstr(st_last_error(), "end at"),
+          "a split short of the last block: %s", st_last_error());
+    CHECK(context_init_split(model, bes, empty, 2, 256, 64, 1, &bad) && !bad &&
+              strstr(st_last_error(), "no blocks"),
+          "a stage without blocks: %s", st_last_error());
+    CHECK(context_init_split(model, bes, repeat, 3, 256, 64, 1, &bad) && !bad &&
+              strstr(st_last_error(), "no blocks"),
+          "a repeated end: %s", st_last_error());
+    free(la);
+    free(lb);
+    one->free(one);
+    for (int i = 0; i < 3; i++) bes[i]->free(bes[i]);
+}
+
+static struct backend *open_cpu(const char *name) {
+    (void)name;
+    return backend_cpu_init(1); // one thread: every stage's kernels split their work alike
+}
+
+static struct backend *open_named(const char *name) {
+    const struct backend_opts o = {0};
+    return backend_open(name, &o);
+}
+
+static void test_layer_split(void) { check_split(open_cpu, "cpu"); }
+
+// The same over backends of one GPU (the stages' code paths on one device).
+static void test_layer_split_gpu(void) {
+    int n_desc, ran = 0;
+    const struct backend_desc *d = backend_registry(&n_desc);
+    for (int i = 0; i < n_desc; i++) {
+        if (!(d[i].caps & BACKEND_CAP_GPU) || !backend_built(&d[i])) continue;
+        check_split(open_named, d[i].name);
+        ran++;
+    }
+    if (!ran) SKIP("this build has no GPU backend");
+}
+
 // The tokenizer gives the reference's ids for every fixture prompt.
 static void test_prompt_ids(void) {
     for (int p = 0; p < n_prompts; p++) {
@@ -521,6 +634,8 @@ int main(void) {
     RUN(test_batch_equals_sequential);
     RUN(test_sequences_in_one_batch);
     RUN(test_sequences_on_gpu);
+    RUN(test_layer_split);
+    RUN(test_layer_split_gpu);
     RUN(test_gpu_graphs);
     RUN(test_fast_greedy);
     RUN(test_ref_greedy);

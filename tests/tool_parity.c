@@ -2,6 +2,7 @@
 // every prompt position, then greedy continuations compared token by token.
 //
 //   tool_parity MODEL [-a BACKEND] [-b BACKEND] [-r BACKEND] [-n N] [-p TEXT] [--max-nmse X]
+//               [--split-b S]
 //
 // BACKEND: a registry name (cpu, cpu-ref, cuda, hip, spirv) or auto (the GPU
 // of a GPU build, the default for -b there; otherwise -b defaults to
@@ -17,6 +18,9 @@
 // B's worst NMSE from R may be at most 1.25 times A's worst NMSE from R (B is
 // no further from the reference than A, the accepted path), or --max-nmse;
 // without -r, B's worst NMSE from A may be at most --max-nmse (default 1e-2).
+// --split-b S runs B as a layer split over S backends of its kind (equal
+// shares of the blocks, context_init_split): against A of the same kind with
+// --max-nmse 0, the split must change nothing.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +81,7 @@ int main(int argc, char **argv) {
 #else
     const char *name_b = "cpu-ref";
 #endif
-    int n_gen = 64;
+    int n_gen = 64, split_b = 1;
     double max_nmse = 1e-2;
     enum ggml_type kv_type = GGML_TYPE_F32; // every side the same (the GPU backends keep F32)
     for (int i = 1; i < argc; i++) {
@@ -98,18 +102,20 @@ int main(int argc, char **argv) {
             prompt = argv[++i];
         else if (!strcmp(argv[i], "--max-nmse") && i + 1 < argc)
             max_nmse = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--split-b") && i + 1 < argc)
+            split_b = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
             fprintf(stderr,
                     "usage: %s MODEL [-a BACKEND] [-b BACKEND] [-r BACKEND] [-n N] [-p TEXT] "
-                    "[--max-nmse X] [--cache-type f32|f16]\n",
+                    "[--max-nmse X] [--cache-type f32|f16] [--split-b S]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (!path || n_gen < 1) {
-        fprintf(stderr, "tool_parity: a model path and -n ≥ 1 are needed\n");
+    if (!path || n_gen < 1 || split_b < 1 || split_b > 16) {
+        fprintf(stderr, "tool_parity: a model path, -n ≥ 1 and --split-b 1 .. 16 are needed\n");
         return 2;
     }
     struct model *m = NULL;
@@ -140,7 +146,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tool_parity: %s\n", st_last_error());
             return 1;
         }
-        if (context_init(m, be[s], n_ctx, n_prompt, 1, &ctx[s])) {
+        struct backend *stage[16] = {be[s]};
+        int ends[16] = {m->hp.n_layer};
+        const int n_stage = s == 1 ? split_b : 1;
+        for (int k = 0; k < n_stage; k++) {
+            ends[k] = (int)((int64_t)m->hp.n_layer * (k + 1) / n_stage);
+            if (k && (!(stage[k] = backend_open(names[s], &bo)) || backend_set_kv_type(stage[k], kv_type))) {
+                fprintf(stderr, "tool_parity: backend %s: %s\n", names[s], st_last_error());
+                return 1;
+            }
+        }
+        if (context_init_split(m, stage, ends, n_stage, n_ctx, n_prompt, 1, &ctx[s])) {
             fprintf(stderr, "tool_parity: %s: %s\n", names[s], st_last_error());
             return 1;
         }

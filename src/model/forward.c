@@ -51,7 +51,8 @@ enum {
     N_SCRATCH
 };
 
-static void scratch_sizes(const struct model *m, int n_batch, size_t sz[N_SCRATCH]) {
+// last: the context that runs the output layer (a layer split's last stage).
+static void scratch_sizes(const struct model *m, int n_batch, bool last, size_t sz[N_SCRATCH]) {
     const struct model_hparams *hp = &m->hp;
     const size_t nb = (size_t)n_batch, f = sizeof(float);
     const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
@@ -73,12 +74,12 @@ static void scratch_sizes(const struct model *m, int n_batch, size_t sz[N_SCRATC
         sz[SCRATCH_MOE_W] = f * nb * k;
         sz[SCRATCH_MOE_Y] = f * nb * k * (size_t)hp->n_embd;
     }
-    sz[SCRATCH_LOGITS] = f * nb * (size_t)hp->n_vocab;
+    if (last) sz[SCRATCH_LOGITS] = f * nb * (size_t)hp->n_vocab;
 }
 
 uint64_t context_scratch_bytes(const struct model *m, int n_batch) {
     size_t sz[N_SCRATCH];
-    scratch_sizes(m, n_batch, sz);
+    scratch_sizes(m, n_batch, true, sz);
     uint64_t total = 0;
     for (int i = 0; i < N_SCRATCH; i++) total += sz[i];
     return total;
@@ -91,35 +92,45 @@ static void *balloc(struct context *c, size_t bytes, int *failed) {
     return p;
 }
 
-// The KV cache of c: per layer K and V of (n_seq·n_ctx, n_head_kv*head_dim)
-// elements of the backend's KV type.
+// The KV cache of c: per layer of its own K and V of (n_seq·n_ctx,
+// n_head_kv*head_dim) elements of the backend's KV type.
 static void alloc_kv(struct context *c, int *failed) {
     const struct model_hparams *hp = &c->model->hp;
     const size_t bytes =
         (size_t)model_kv_bytes(c->model, c->n_seq * c->n_ctx, c->be->kv_type) / 2 / (size_t)hp->n_layer;
     c->k_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->k_cache);
     c->v_cache = st_xcalloc((size_t)hp->n_layer, sizeof *c->v_cache);
-    for (int l = 0; l < hp->n_layer; l++) {
+    for (int l = c->layer0; l < c->layer1; l++) {
         c->k_cache[l] = balloc(c, bytes, failed);
         c->v_cache[l] = balloc(c, bytes, failed);
     }
 }
 
-int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, int n_seq,
-                 struct context **out) {
+// The weights a stage runs: its blocks', the embedding on the first and the
+// output layer's on the last.
+static int prepare_stage(struct model *m, struct backend *be, int l0, int l1) {
+    if (l0 == 0 && l1 == m->hp.n_layer) return model_for_each_weight(m, prepare_one, be);
+    const struct weight *ends[] = {
+        l0 == 0 ? &m->tok_embd : NULL, l1 == m->hp.n_layer ? &m->output_norm : NULL,
+        l1 == m->hp.n_layer ? &m->output : NULL, l1 == m->hp.n_layer ? &m->output_b : NULL};
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++)
+        if (ends[i] && weight_present(ends[i]) && be->prepare_weight(be, ends[i])) return -1;
+    for (int l = l0; l < l1; l++)
+        if (model_for_each_layer_weight(m, l, prepare_one, be)) return -1;
+    return 0;
+}
+
+// One stage of blocks l0 .. l1-1 on be: weights prepared, cache and scratch allocated.
+static int stage_init(struct model *m, struct backend *be, int l0, int l1, int n_ctx, int n_batch, int n_seq,
+                      struct context **out) {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
-    if (n_ctx < 1) return st_fail("context size %d must be at least 1", n_ctx);
-    if (n_batch < 1) return st_fail("batch size %d must be at least 1", n_batch);
-    if (n_seq < 1 || (int64_t)n_seq * n_ctx > INT32_MAX)
-        return st_fail("%d sequences of %d positions: there must be 1 or more, and 2^31 positions in all "
-                       "at most",
-                       n_seq, n_ctx);
-    if (n_batch > n_ctx) n_batch = n_ctx;
-    if (model_for_each_weight(m, prepare_one, be)) return -1;
+    if (prepare_stage(m, be, l0, l1)) return -1;
     struct context *c = st_xcalloc(1, sizeof *c);
     c->model = m;
     c->be = be;
+    c->layer0 = l0;
+    c->layer1 = l1;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->n_seq = n_seq;
@@ -140,7 +151,7 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, in
     int failed = 0;
     alloc_kv(c, &failed);
     size_t sz[N_SCRATCH];
-    scratch_sizes(m, n_batch, sz);
+    scratch_sizes(m, n_batch, l1 == hp->n_layer, sz);
     void **bufs[N_SCRATCH] = {(void **)&c->tokens, (void **)&c->x,          (void **)&c->xb,
                               (void **)&c->xb2,    (void **)&c->q,          (void **)&c->k,
                               (void **)&c->v,      (void **)&c->att,        (void **)&c->hb,
@@ -161,39 +172,84 @@ int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, in
     return 0;
 }
 
+int context_init_split(struct model *m, struct backend *const *bes, const int *layer_end, int n_stage,
+                       int n_ctx, int n_batch, int n_seq, struct context **out) {
+    *out = NULL;
+    const int n_layer = m->hp.n_layer;
+    if (n_ctx < 1) return st_fail("context size %d must be at least 1", n_ctx);
+    if (n_batch < 1) return st_fail("batch size %d must be at least 1", n_batch);
+    if (n_seq < 1 || (int64_t)n_seq * n_ctx > INT32_MAX)
+        return st_fail("%d sequences of %d positions: there must be 1 or more, and 2^31 positions in all "
+                       "at most",
+                       n_seq, n_ctx);
+    if (n_stage < 1 || layer_end[n_stage - 1] != n_layer)
+        return st_fail("a layer split of %d stages must end at the model's %d blocks", n_stage, n_layer);
+    for (int i = 0; i < n_stage; i++)
+        if (layer_end[i] <= (i ? layer_end[i - 1] : 0))
+            return st_fail("layer split: stage %d has no blocks (ends at %d after %d)", i, layer_end[i],
+                           i ? layer_end[i - 1] : 0);
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    struct context *head = NULL, **link = &head;
+    for (int i = 0; i < n_stage; i++) {
+        if (stage_init(m, bes[i], i ? layer_end[i - 1] : 0, layer_end[i], n_ctx, n_batch, n_seq, link)) {
+            context_free(head);
+            return -1;
+        }
+        link = &(*link)->next;
+    }
+    if (n_stage > 1) head->host_x = st_xmalloc(sizeof(float) * (size_t)n_batch * (size_t)m->hp.n_embd);
+    *out = head;
+    return 0;
+}
+
+int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, int n_seq,
+                 struct context **out) {
+    const int end = m->hp.n_layer;
+    return context_init_split(m, &be, &end, 1, n_ctx, n_batch, n_seq, out);
+}
+
 int context_init_seq(struct context *base, struct context **out) {
     *out = NULL;
-    struct context *owner = base->scratch_owner;
-    if (owner->n_seq_made >= owner->n_seq)
-        return st_fail("the context was made for %d sequences, all in use", owner->n_seq);
-    struct context *c = st_xmalloc(sizeof *c);
-    *c = *owner; // the same model, backend, sizes, parameters, cache and scratch
-    c->seq = owner->n_seq_made++;
-    c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
-    c->n_past = 0;
-    c->hidden_out = NULL;
-    *out = c;
+    if (base->scratch_owner->n_seq_made >= base->n_seq)
+        return st_fail("the context was made for %d sequences, all in use", base->n_seq);
+    struct context **link = out;
+    for (struct context *st = base->scratch_owner; st; st = st->next) { // each stage's owner
+        struct context *c = st_xmalloc(sizeof *c);
+        *c = *st; // the same model, backend, sizes, parameters, cache and scratch
+        c->seq = st->n_seq_made++;
+        c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
+        c->n_past = 0;
+        c->hidden_out = NULL;
+        c->next = NULL;
+        *link = c;
+        link = &c->next;
+    }
     return 0;
 }
 
 void context_free(struct context *c) {
-    if (!c) return;
-    struct backend *be = c->be;
-    if (c->scratch_owner == c) {
-        for (int l = 0; l < c->model->hp.n_layer; l++) {
-            if (c->k_cache[l]) be->release(be, c->k_cache[l]);
-            if (c->v_cache[l]) be->release(be, c->v_cache[l]);
+    while (c) {
+        struct context *next = c->next;
+        struct backend *be = c->be;
+        if (c->scratch_owner == c) {
+            for (int l = c->layer0; l < c->layer1; l++) {
+                if (c->k_cache[l]) be->release(be, c->k_cache[l]);
+                if (c->v_cache[l]) be->release(be, c->v_cache[l]);
+            }
+            void *bufs[] = {c->tokens,     c->x,       c->xb,    c->xb2,   c->q,
+                            c->k,          c->v,       c->att,   c->hb,    c->hb2,
+                            c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
+            for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+                if (bufs[i]) be->release(be, bufs[i]);
+            free(c->host_tokens);
+            free(c->host_x);
+            free(c->k_cache);
+            free(c->v_cache);
         }
-        void *bufs[] = {c->tokens, c->x,   c->xb,         c->xb2,     c->q,     c->k,     c->v,     c->att,
-                        c->hb,     c->hb2, c->moe_logits, c->moe_ids, c->moe_w, c->moe_y, c->logits};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-            if (bufs[i]) be->release(be, bufs[i]);
-        free(c->host_tokens);
-        free(c->k_cache);
-        free(c->v_cache);
+        free(c->history);
+        free(c);
+        c = next;
     }
-    free(c->history);
-    free(c);
 }
 
 // --- the pass ----------------------------------------------------------------------
@@ -340,20 +396,24 @@ static void attention_rows(struct context *c, const struct batch_rows *r, int l)
                   &c->attn[L->swa]);
 }
 
-// Enqueues the pass over the batch's rows (their ids, positions and cache bases
-// already uploaded): every layer, then the output layer over the wanted rows
-// into c->logits, or the normed states into c->xb when c->hidden_out is set.
-// Returns the number of logits rows.
+// Enqueues c's part of the pass over the batch's rows (their ids, positions
+// and cache bases already uploaded; on a later stage of a layer split, its
+// residual stream in c->x): the embedding on the first stage, its layers,
+// then on the last stage the output layer over the wanted rows into
+// c->logits, or with hidden the normed states into c->xb. Returns the number
+// of logits rows (0 before the last stage).
 static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_span,
-                        const struct batch_rows *rows) {
+                        const struct batch_rows *rows, bool hidden) {
     const struct model *m = c->model;
     const struct model_hparams *hp = &m->hp;
     struct backend *be = c->be;
     const int n = rows->n, E = hp->n_embd, hd = hp->head_dim;
     const int64_t nE = (int64_t)n * E;
-    be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
-    if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
-    for (int l = 0; l < hp->n_layer; l++) {
+    if (c->layer0 == 0) {
+        be->get_rows(be, &m->tok_embd, c->tokens, n, c->x);
+        if (hp->embd_scale != 1.0f) be->scale(be, c->x, nE, hp->embd_scale);
+    }
+    for (int l = c->layer0; l < c->layer1; l++) {
         const struct layer_weights *L = &m->layers[l];
         // attention block
         const struct weight *qkv[3] = {&L->wq, &L->wk, &L->wv}, *qkv_b[3] = {&L->bq, &L->bk, &L->bv};
@@ -385,7 +445,8 @@ static int enqueue_pass(struct context *c, const struct forward_span *sp, int n_
             be->add(be, c->x, c->xb, nE);
         }
     }
-    if (c->hidden_out) { // embeddings: every row's normed state, no output layer
+    if (c->next) return 0;
+    if (hidden) { // embeddings: every row's normed state, no output layer
         be->rms_norm(be, &m->output_norm, c->x, c->xb, n, E, hp->norm_eps);
         return 0;
     }
@@ -432,11 +493,10 @@ static uint64_t graph_key(const struct context *c, int n, int bucket) {
 int context_forward_batch(struct context *c, const struct forward_span *sp, int n_span, float *logits) {
     const struct model *m = c->model;
     const struct model_hparams *hp = &m->hp;
-    struct backend *be = c->be;
     int n;
     if (check_spans(c, sp, n_span, &n)) return -1;
 
-    // ids, positions and cache bases of the rows, (3, n), in one upload
+    // ids, positions and cache bases of the rows, (3, n), in one upload a stage
     int32_t *ids = c->host_tokens, *pos = ids + n, *base = pos + n;
     int n_kv = 0;
     bool decode = n <= GRAPH_MAX_ROWS && !c->hidden_out;
@@ -449,25 +509,35 @@ int context_forward_batch(struct context *c, const struct forward_span *sp, int 
         if (sp[s].pos0 + sp[s].n > n_kv) n_kv = sp[s].pos0 + sp[s].n;
         decode = decode && sp[s].n == 1 && sp[s].logits == SPAN_LOGITS_LAST;
     }
-    be->upload(be, c->tokens, ids, sizeof(int32_t) * 3 * (size_t)n);
     // n_kv rounded up to 256·2^bucket (at most n_ctx), so that what the backends
     // decide from it holds from one token to the next
     int bucket = 0;
     while (256 << bucket < n_kv && 256 << bucket < c->n_ctx) bucket++;
     n_kv = 256 << bucket < c->n_ctx ? 256 << bucket : c->n_ctx;
-    const struct batch_rows rows = {n, c->tokens + n, c->tokens + 2 * n, pos, base, n_kv};
+    const size_t x_bytes = sizeof(float) * (size_t)n * hp->n_embd;
 
-    int mode = BACKEND_GRAPH_NONE, n_out = n;
-    if (decode && be->graph_begin) mode = be->graph_begin(be, graph_key(c, n, bucket));
-    if (mode != BACKEND_GRAPH_REPLAYED) {
-        n_out = enqueue_pass(c, sp, n_span, &rows);
-        if (mode == BACKEND_GRAPH_RECORDING && be->graph_end(be)) n_out = enqueue_pass(c, sp, n_span, &rows);
+    // each stage of a layer split in turn (one stage without a split), the
+    // residual stream handed on through host memory
+    for (struct context *st = c; st; st = st->next) {
+        struct backend *be = st->be;
+        be->upload(be, st->tokens, ids, sizeof(int32_t) * 3 * (size_t)n);
+        if (st != c) be->upload(be, st->x, c->host_x, x_bytes);
+        const struct batch_rows rows = {n, st->tokens + n, st->tokens + 2 * n, pos, base, n_kv};
+        int mode = BACKEND_GRAPH_NONE, n_out = n;
+        if (decode && be->graph_begin) mode = be->graph_begin(be, graph_key(st, n, bucket));
+        if (mode != BACKEND_GRAPH_REPLAYED) {
+            n_out = enqueue_pass(st, sp, n_span, &rows, c->hidden_out);
+            if (mode == BACKEND_GRAPH_RECORDING && be->graph_end(be))
+                n_out = enqueue_pass(st, sp, n_span, &rows, c->hidden_out);
+        }
+        if (st->next)
+            be->download(be, c->host_x, st->x, x_bytes);
+        else if (c->hidden_out)
+            be->download(be, c->hidden_out, st->xb, x_bytes);
+        else if (n_out)
+            be->download(be, logits, st->logits, sizeof(float) * (size_t)n_out * hp->n_vocab);
+        if (be->sync(be)) return -1;
     }
-    if (c->hidden_out)
-        be->download(be, c->hidden_out, c->xb, sizeof(float) * (size_t)n * hp->n_embd);
-    else if (n_out)
-        be->download(be, logits, c->logits, sizeof(float) * (size_t)n_out * hp->n_vocab);
-    if (be->sync(be)) return -1;
     for (int s = 0; s < n_span; s++) {
         struct context *sc = sp[s].c;
         memcpy(sc->history + sp[s].pos0, sp[s].tokens, sizeof(int32_t) * (size_t)sp[s].n);

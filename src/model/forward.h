@@ -1,4 +1,5 @@
-// forward.h: an inference context (KV cache + scratch on one backend) and the
+// forward.h: an inference context (KV cache + scratch on one backend, or a
+// chain of them that divides the model's blocks: a layer split) and the
 // forward pass, written once over the backend interface for every
 // architecture of the table (model/arch.h).
 #ifndef STRATA_FORWARD_H
@@ -13,14 +14,21 @@
 struct context {
     struct model *model; // borrowed
     struct backend *be;  // borrowed
-    int n_ctx;           // positions the KV cache holds
-    int n_batch;         // tokens one forward call takes at most
-    int n_seq;           // sequences the KV cache holds (the base and its context_init_seq ones)
-    int seq;             // this context's: its cache rows are seq·n_ctx .. seq·n_ctx + n_ctx-1
+    // A layer split's stage: this context runs blocks layer0 .. layer1-1 (the
+    // embedding where layer0 is 0, the output where next is NULL) and hands
+    // the residual stream to next, the following blocks' context on their own
+    // backend (same sequence, sizes and parameters). One backend: 0, n_layer, NULL.
+    int layer0, layer1;
+    struct context *next; // owned by this one
+    int n_ctx;            // positions the KV cache holds
+    int n_batch;          // tokens one forward call takes at most
+    int n_seq;            // sequences the KV cache holds (the base and its context_init_seq ones)
+    int seq;              // this context's: its cache rows are seq·n_ctx .. seq·n_ctx + n_ctx-1
     // per layer kind: [0] global layers, [1] sliding-window layers
     struct rope_params rope[2]; // LongRoPE factors chosen for n_ctx
     struct attn_params attn[2];
-    void **k_cache; // [n_layer] backend buffers (n_seq·n_ctx, n_head_kv*head_dim) of be->kv_type, shared
+    void **k_cache; // [n_layer] backend buffers (n_seq·n_ctx, n_head_kv*head_dim) of be->kv_type, shared;
+                    // NULL outside layer0 .. layer1-1
     void **v_cache; // [n_layer] same
     // scratch, backend buffers
     int32_t *tokens;   // (3, n_batch) of a batch of n: ids, positions, cache bases (3n used)
@@ -35,12 +43,13 @@ struct context {
     int32_t *moe_ids;  // (n_batch, n_used) chosen experts
     float *moe_w;      // (n_batch, n_used) their weights
     float *moe_y;      // (n_batch, n_used, n_embd) each expert's output
-    float *logits;     // (n_batch, n_vocab)
+    float *logits;     // (n_batch, n_vocab); only where next is NULL
     // What the KV cache holds: tokens at positions 0 .. n_past-1.
     int32_t *history; // [n_ctx] host
     int n_past;
     float *hidden_out;             // host (n, n_embd), or NULL: see context_forward_hidden
     int32_t *host_tokens;          // (3, n_batch) host: the same, gathered for one upload
+    float *host_x;                 // (n_batch, n_embd) host: the residual stream between stages, or NULL
     int n_seq_made;                // the base: sequences handed out (itself included)
     uint64_t serial;               // the base: a number no other context of the process has
     struct context *scratch_owner; // the context whose scratch this one uses (itself, or a base)
@@ -53,6 +62,16 @@ struct context {
 // message (e.g. the memory is not there).
 int context_init(struct model *m, struct backend *be, int n_ctx, int n_batch, int n_seq,
                  struct context **out);
+// The same over n_stage backends (a layer split): stage i runs blocks
+// layer_end[i-1] .. layer_end[i]-1 (from 0; layer_end strictly increasing to
+// the model's n_layer) on bes[i] with their KV cache and its own scratch, the
+// embedding on the first and the output on the last; a pass hands the
+// residual stream (n, n_embd floats) from each stage to the next through
+// host memory. The context returned is the first stage; every function here
+// takes it (and its sequences) as it takes a one-backend context. Returns 0
+// and sets *out, or -1 with a message.
+int context_init_split(struct model *m, struct backend *const *bes, const int *layer_end, int n_stage,
+                       int n_ctx, int n_batch, int n_seq, struct context **out);
 // Frees c: its history, and its KV cache and scratch when it is the base (free
 // the sequences made with context_init_seq before their base).
 void context_free(struct context *c);
@@ -63,7 +82,8 @@ void context_free(struct context *c);
 // message when base's n_seq sequences are all made.
 int context_init_seq(struct context *base, struct context **out);
 // Bytes of scratch a context with batch n_batch allocates on its backend
-// (beside the KV cache, model_kv_bytes): what a memory plan must count.
+// (beside the KV cache, model_kv_bytes): what a memory plan must count (a
+// layer split's stages but the last allocate less: no logits).
 uint64_t context_scratch_bytes(const struct model *m, int n_batch);
 
 // Runs n tokens (1 ≤ n ≤ n_batch) at positions pos0 .. pos0+n-1 (pos0+n ≤ n_ctx;
