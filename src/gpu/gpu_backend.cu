@@ -114,7 +114,16 @@ struct gpu_be {
     int error_set;
 };
 
-static struct gpu_be *gb(struct backend *be) { return (struct gpu_be *)be->impl; }
+// The backend of be, with its GPU made this thread's current one: every op
+// enters here, so that backends on several GPUs (a layer split) and calls
+// from a thread other than the one that opened the backend (the server's
+// worker) reach the right device.
+static struct gpu_be *gb(struct backend *be) {
+    struct gpu_be *g = (struct gpu_be *)be->impl;
+    int cur;
+    if (gpuGetDevice(&cur) != gpuSuccess || cur != g->device) (void)gpuSetDevice(g->device);
+    return g;
+}
 
 // Moves this thread's pending failure into g's sticky error. Returns whether g has failed.
 static bool take_error(struct gpu_be *g) {

@@ -18,11 +18,11 @@ void session_opts_default(struct session_opts *o) {
 }
 
 // --split-mode and --tensor-split: plans the model over the GPUs the built
-// GPU backend sees (placement.h) and, as this build runs a model on one GPU,
-// takes the plan only where it puts everything on one: *device becomes that
-// GPU. Returns 0, or -1 with a message (a bad request, what does not fit, or
-// a plan over several GPUs and what to ask for instead).
-static int plan_split(const struct session_opts *o, const struct model *m, int n_ctx, int *device) {
+// GPU backend sees (placement.h) into *p. A plan over several GPUs is taken
+// in layer mode (a backend a GPU, in device order); row mode over several is
+// not built and is refused with what to ask for instead. Returns 0, or -1
+// with a message (a bad request, what does not fit).
+static int plan_split(const struct session_opts *o, const struct model *m, int n_ctx, struct placement *p) {
     const char *mode = o->split_mode == SPLIT_MODE_ROW     ? "--split-mode row"
                        : o->split_mode == SPLIT_MODE_LAYER ? "--split-mode layer"
                                                            : "--tensor-split";
@@ -47,21 +47,45 @@ static int plan_split(const struct session_opts *o, const struct model *m, int n
         placement_model_of(m, n_ctx * (o->n_seq ? o->n_seq : 1), kt, context_scratch_bytes(m, n_batch), lw);
     struct placement_devices d = {.n = n};
     memcpy(d.avail, avail, sizeof(uint64_t) * (size_t)n);
-    struct placement p;
-    const int rc = placement_plan(&pm, &d, o->split_mode, o->tensor_split, o->n_tensor_split, o->device, &p);
+    const int rc = placement_plan(&pm, &d, o->split_mode, o->tensor_split, o->n_tensor_split, o->device, p);
     free(lw);
     if (rc) return -1;
-    if (p.n_used > 1) {
+    if (p->n_used > 1 && p->mode == SPLIT_MODE_ROW) {
         char where[512];
-        placement_describe(&p, where, sizeof where);
-        return st_fail(
-            "%s places the model over %d GPUs (%s), but this build runs a model on one "
-            "GPU: use --split-mode none with --main-gpu N, or a --tensor-split and --main-gpu that "
-            "give one GPU all of it",
-            mode, p.n_used, where);
+        placement_describe(p, where, sizeof where);
+        return st_fail("%s places the model over %d GPUs (%s), but the row split runs on one GPU only in "
+                       "this build: use --split-mode layer to divide the blocks over them",
+                       mode, p->n_used, where);
     }
-    for (int i = 0; i < n; i++)
-        if (p.need[i]) *device = i;
+    return 0;
+}
+
+// Opens the backend for GPU (or, without a split, the --main-gpu) device
+// with the options every backend of a session shares.
+static struct backend *open_backend(const struct session_opts *o, int device) {
+    const struct backend_opts bo = {.n_threads = o->n_threads, .device = device};
+    struct backend *be = backend_open(o->backend, &bo);
+    if (be && o->cache_type) {
+        enum ggml_type kt;
+        if (backend_parse_kv_type(o->cache_type, &kt) || backend_set_kv_type(be, kt)) {
+            be->free(be);
+            return NULL;
+        }
+    }
+    return be;
+}
+
+// The sequences of s->ctx, n_seq in all (itself the first). 0, or -1 with a
+// message and s closed.
+static int open_sequences(struct session *s, int n_seq) {
+    s->seq = st_xcalloc((size_t)n_seq, sizeof *s->seq);
+    s->seq[0] = s->ctx;
+    s->n_seq = 1;
+    for (; s->n_seq < n_seq; s->n_seq++)
+        if (context_init_seq(s->ctx, &s->seq[s->n_seq])) {
+            session_close(s);
+            return -1;
+        }
     return 0;
 }
 
@@ -82,16 +106,28 @@ int session_open(const struct session_opts *o, struct session *s) {
                 "strata: warning: context %d is longer than the %d tokens the model was trained "
                 "on; quality may drop past that\n",
                 n_ctx, hp->n_ctx_train);
-    int device = o->device;
-    if ((o->split_mode != SPLIT_MODE_NONE || o->n_tensor_split) && plan_split(o, s->model, n_ctx, &device))
-        goto fail;
-    const struct backend_opts bo = {.n_threads = o->n_threads, .device = device};
-    if (!(s->be = backend_open(o->backend, &bo))) goto fail;
-    if (o->cache_type) {
-        enum ggml_type kt;
-        if (backend_parse_kv_type(o->cache_type, &kt) || backend_set_kv_type(s->be, kt)) goto fail;
-    }
     const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
+    struct placement p = {0}; // n_used 0: no split asked for
+    if ((o->split_mode != SPLIT_MODE_NONE || o->n_tensor_split) && plan_split(o, s->model, n_ctx, &p))
+        goto fail;
+    if (p.n_used > 1) { // a layer split: a backend and a stage of the context for each GPU with blocks
+        int layer_end[PLACEMENT_MAX_DEV];
+        for (int i = 0; i < p.n_dev; i++) {
+            if (!p.layer_n[i]) continue;
+            if (!(s->stage_be[s->n_stage] = open_backend(o, i))) goto fail;
+            layer_end[s->n_stage++] = p.layer_first[i] + p.layer_n[i];
+        }
+        s->be = s->stage_be[0];
+        const int n_seq = o->n_seq ? o->n_seq : 1; // the plan's
+        if (context_init_split(s->model, s->stage_be, layer_end, s->n_stage, n_ctx, n_batch, n_seq, &s->ctx))
+            goto fail;
+        return open_sequences(s, n_seq);
+    }
+    int device = o->device;
+    for (int i = 0; i < p.n_dev && p.n_used; i++)
+        if (p.need[i]) device = i; // the one GPU of a plan
+    if (!(s->be = s->stage_be[0] = open_backend(o, device))) goto fail;
+    s->n_stage = 1;
     const uint64_t kv = model_kv_bytes(s->model, n_ctx, s->be->kv_type),
                    scratch = context_scratch_bytes(s->model, n_batch);
     // the most sequences, up to the number asked for (or SESSION_AUTO_SEQ), that fit
@@ -108,12 +144,7 @@ int session_open(const struct session_opts *o, struct session *s) {
         goto fail;
     }
     if (context_init(s->model, s->be, n_ctx, n_batch, n_seq, &s->ctx)) goto fail;
-    s->seq = st_xcalloc((size_t)n_seq, sizeof *s->seq);
-    s->seq[0] = s->ctx;
-    s->n_seq = 1;
-    for (; s->n_seq < n_seq; s->n_seq++)
-        if (context_init_seq(s->ctx, &s->seq[s->n_seq])) goto fail;
-    return 0;
+    return open_sequences(s, n_seq);
 fail:
     session_close(s);
     return -1;
@@ -161,7 +192,7 @@ void session_close(struct session *s) {
     for (int i = s->n_seq - 1; i > 0; i--) context_free(s->seq[i]);
     free(s->seq);
     context_free(s->ctx);
-    if (s->be) s->be->free(s->be);
+    for (int i = 0; i < s->n_stage; i++) s->stage_be[i]->free(s->stage_be[i]);
     model_free(s->model);
     memset(s, 0, sizeof *s);
 }

@@ -37,17 +37,21 @@ struct session_opts {
 };
 
 struct session {
-    struct model *model;  // owned
-    struct backend *be;   // owned
-    struct context *ctx;  // owned: sequence 0
-    struct context **seq; // [n_seq] owned: ctx, then the others (context_init_seq)
+    struct model *model;                         // owned
+    struct backend *be;                          // stage_be[0]
+    struct backend *stage_be[PLACEMENT_MAX_DEV]; // owned: the backend of each stage of the context
+    int n_stage;                                 //   (more than one: a layer split over GPUs)
+    struct context *ctx;                         // owned: sequence 0
+    struct context **seq;                        // [n_seq] owned: ctx, then the others (context_init_seq)
     int n_seq;
 };
 
 void session_opts_default(struct session_opts *o);
 
 // Loads the model, opens the backend, checks that the KV caches and scratch fit
-// the backend's memory, and makes the context and its sequences. Returns 0 and fills *s (free
+// the backend's memory, and makes the context and its sequences; with
+// --split-mode layer over several GPUs, a backend a GPU and the context over
+// them (context_init_split), as placement_plan places the blocks. Returns 0 and fills *s (free
 // with session_close), or -1 with a message and *s zeroed.
 int session_open(const struct session_opts *o, struct session *s);
 // Reads every page of the model's file mapping into memory, so that the first
