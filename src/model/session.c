@@ -118,6 +118,9 @@ int session_open(const struct session_opts *o, struct session *s) {
             layer_end[s->n_stage++] = p.layer_first[i] + p.layer_n[i];
         }
         s->be = s->stage_be[0];
+        char where[512];
+        placement_describe(&p, where, sizeof where);
+        fprintf(stderr, "strata: layer split over %d GPUs: %s\n", s->n_stage, where);
         const int n_seq = o->n_seq ? o->n_seq : 1; // the plan's
         if (context_init_split(s->model, s->stage_be, layer_end, s->n_stage, n_ctx, n_batch, n_seq, &s->ctx))
             goto fail;
