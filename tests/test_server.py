@@ -866,6 +866,7 @@ def t_command_line(binary, model, port_taken):
         (("serve", "-m", model, "--timeout", "soon"), 2, "--timeout: 'soon' is not a number"),
         (("serve", "-m", model, "-np", "0"), 2, "-np: 0 is out of range [1, 256]"),
         (("serve", "-m", model, "--port", "0", "-np", "256", "-c", "65536"), 1, "use -np"),
+        (("serve", "-m", model, "--port", "0", "-np", "200", "-c", "16777216"), 1, "more than 2^31 positions in all: use -np 127"),
         (("serve", "-m", model, "--template", "nope"), 2, "nope"),
         (("serve", "-m", model, "--port", "0", "--no-think"), 1, "chatml template has no thinking switch"),
         (("serve", "-m", "/nonexistent/x.gguf"), 1, "cannot open model '/nonexistent/x.gguf'"),

@@ -158,7 +158,7 @@ static int stage_init(struct model *m, struct backend *be, int l0, int l1, int n
                               (void **)&c->hb2,    (void **)&c->moe_logits, (void **)&c->moe_ids,
                               (void **)&c->moe_w,  (void **)&c->moe_y,      (void **)&c->logits};
     for (int i = 0; i < N_SCRATCH; i++) *bufs[i] = balloc(c, sz[i], &failed);
-    c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history);
+    if (l0 == 0) c->history = st_xcalloc((size_t)n_ctx, sizeof *c->history); // the head's only
     c->host_tokens = st_xcalloc((size_t)3 * n_batch, sizeof *c->host_tokens);
     c->scratch_owner = c;
     if (failed) {
@@ -217,7 +217,7 @@ int context_init_seq(struct context *base, struct context **out) {
         struct context *c = st_xmalloc(sizeof *c);
         *c = *st; // the same model, backend, sizes, parameters, cache and scratch
         c->seq = st->n_seq_made++;
-        c->history = st_xcalloc((size_t)c->n_ctx, sizeof *c->history);
+        c->history = link == out ? st_xcalloc((size_t)c->n_ctx, sizeof *c->history) : NULL;
         c->n_past = 0;
         c->hidden_out = NULL;
         c->next = NULL;

@@ -44,7 +44,8 @@ struct context {
     float *moe_w;      // (n_batch, n_used) their weights
     float *moe_y;      // (n_batch, n_used, n_embd) each expert's output
     float *logits;     // (n_batch, n_vocab); only where next is NULL
-    // What the KV cache holds: tokens at positions 0 .. n_past-1.
+    // What the KV cache holds: tokens at positions 0 .. n_past-1. Kept on the
+    // first stage only (NULL and 0 on the later ones, which follow it).
     int32_t *history; // [n_ctx] host
     int n_past;
     float *hidden_out;             // host (n, n_embd), or NULL: see context_forward_hidden

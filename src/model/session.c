@@ -107,6 +107,13 @@ int session_open(const struct session_opts *o, struct session *s) {
                 "on; quality may drop past that\n",
                 n_ctx, hp->n_ctx_train);
     const int n_batch = o->n_batch < n_ctx ? o->n_batch : n_ctx;
+    const int max_seq = INT32_MAX / n_ctx; // positions over all sequences fit an int
+    if (o->n_seq > max_seq) {
+        st_fail("%d parallel sequences (-np) of %d positions are more than 2^31 positions in all: use -np "
+                "%d or less, or a smaller -c",
+                o->n_seq, n_ctx, max_seq);
+        goto fail;
+    }
     struct placement p = {0}; // n_used 0: no split asked for
     if ((o->split_mode != SPLIT_MODE_NONE || o->n_tensor_split) && plan_split(o, s->model, n_ctx, &p))
         goto fail;
@@ -134,7 +141,7 @@ int session_open(const struct session_opts *o, struct session *s) {
     const uint64_t kv = model_kv_bytes(s->model, n_ctx, s->be->kv_type),
                    scratch = context_scratch_bytes(s->model, n_batch);
     // the most sequences, up to the number asked for (or SESSION_AUTO_SEQ), that fit
-    const int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ;
+    const int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ < max_seq ? SESSION_AUTO_SEQ : max_seq;
     int n_seq = want;
     while (n_seq > 1 &&
            s->be->check_memory(s->be, s->model->weight_bytes, kv * (uint64_t)n_seq, scratch, n_ctx * n_seq))
