@@ -34,8 +34,9 @@ void hugemem_free(struct hugemem *h, void *p);
 size_t hugemem_mapped(const struct hugemem *h);
 
 // A buffer of bytes for free(): 64-byte aligned, and from HUGEMEM_MIN bytes on
-// 2 MiB aligned and marked for huge pages (the KV cache, which attention
-// streams like a weight). NULL with a message when there is no memory.
+// 2 MiB aligned, marked for huge pages (the KV cache, which attention streams
+// like a weight) and faulted in before it is returned, so that its first use
+// does not pay for the pages. NULL with a message when there is no memory.
 #define HUGEMEM_MIN ((size_t)2 << 20)
 void *hugemem_buffer(size_t bytes);
 
