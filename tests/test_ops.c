@@ -368,11 +368,12 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         // automatic choice may differ between them), every rows-per-warp choice
         // for several, and for prompt batches both forms of the tile product
         // (tensor cores, or their twin, and dp4a)
-        // (tensor cores at both tile widths, 64 and 128 tokens a block)
+        // (tensor cores at every tile shape, 64 or 128 rows × 64 or 128 tokens a block)
         // (single tokens: -r the rows form with r rows a warp)
         static const int tprs[] = {0, 16, 32, 64, 128, 256, -1, -2, -4}, rpws[] = {0, 1, 2, 4};
-        static const int mmas[] = {-1, 1, 1, 1, 0};
-        static const int tile_tokens[] = {0, 0, 64, 128, 0};
+        static const int mmas[] = {-1, 1, 1, 1, 1, 1, 0};
+        static const int tile_rows[] = {0, 0, 64, 64, 128, 128, 0},
+                         tile_tokens[] = {0, 0, 64, 128, 64, 128, 0};
         const bool tile = n > GPU_MATVEC_MAX_BATCH && !is_float_type(t);
         const int *var = n == 1 ? tprs : tile ? mmas : rpws;
         const char *var_name = n == 1 ? " tpr=" : tile ? " mma=" : " rpw=";
@@ -394,7 +395,7 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_rows(e->be, var[k]);
                 if (e->gpu && n > 1 && !tile) gpu_backend_set_matvec_tokens(e->be, tpgs[sw]);
                 if (e->gpu && tile) gpu_backend_set_tensor_cores(e->be, var[k]);
-                if (e->gpu && tile) gpu_backend_set_tile_tokens(e->be, tile_tokens[k]);
+                if (e->gpu && tile) gpu_backend_set_tile(e->be, tile_rows[k], tile_tokens[k]);
 #endif
                 poison(e->be, by, ny);
                 e->be->matmul(e->be, &wb, bx, by, n);
@@ -403,10 +404,11 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
                     snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s", quant_name(t), (long long)rows,
                              (long long)cols, n, gain_s);
                 else {
-                    char form[16] = "";
+                    char form[24] = "";
                     if (n_swar > 1) snprintf(form, sizeof form, "%s", sw ? " swar" : " dp4a");
                     if (n_tpg > 1) snprintf(form, sizeof form, " tpg=%d", tpgs[sw]);
-                    if (tile && tile_tokens[k]) snprintf(form, sizeof form, " tokens=%d", tile_tokens[k]);
+                    if (tile && tile_tokens[k])
+                        snprintf(form, sizeof form, " tile=%dx%d", tile_rows[k], tile_tokens[k]);
                     snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%s%d%s", quant_name(t),
                              (long long)rows, (long long)cols, n, gain_s, var[k] < 0 ? " rows=" : var_name,
                              var[k] < 0 ? -var[k] : var[k], form);
@@ -434,7 +436,7 @@ static void test_matmul_case(const struct be_entry *e, enum ggml_type t, int64_t
         if (e->gpu)
             gpu_backend_set_matvec_split(e->be, 0), gpu_backend_set_matvec_rows(e->be, 0),
                 gpu_backend_set_matvec_tokens(e->be, 0), gpu_backend_set_tensor_cores(e->be, -1),
-                gpu_backend_set_tile_tokens(e->be, 0), gpu_backend_set_matvec_swar(e->be, -1);
+                gpu_backend_set_tile(e->be, 0, 0), gpu_backend_set_matvec_swar(e->be, -1);
 #endif
         if (e->be->matmul_add) { // y0 + x·wᵀ: the bound grows by the add's rounding
             float *y0 = xmalloc_f(ny), *want_add = xmalloc_f(ny);
@@ -1428,11 +1430,16 @@ static void test_gpu_setters(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int bad_tpr[] = {-1, 1, 8, 48, 512}, bad_rpw[] = {-1, 3, 8}, bad_mma[] = {-2, 2};
     static const int bad_tpg[] = {-1, 1, 3, 16}, bad_tt[] = {-1, 32, 96, 256};
-    for (size_t i = 0; i < sizeof bad_tt / sizeof *bad_tt; i++)
-        if (gpu_backend_set_tile_tokens(e->be, bad_tt[i]) != -1 || !strstr(st_last_error(), "tile tokens")) {
+    for (size_t i = 0; i < sizeof bad_tt / sizeof *bad_tt; i++) {
+        if (gpu_backend_set_tile(e->be, 0, bad_tt[i]) != -1 || !strstr(st_last_error(), "tile tokens")) {
             printf("  FAIL tile tokens %d accepted or refused without its message\n", bad_tt[i]);
             test_n_fail++;
         }
+        if (gpu_backend_set_tile(e->be, bad_tt[i], 64) != -1 || !strstr(st_last_error(), "tile rows")) {
+            printf("  FAIL tile rows %d accepted or refused without its message\n", bad_tt[i]);
+            test_n_fail++;
+        }
+    }
     for (size_t i = 0; i < sizeof bad_tpr / sizeof *bad_tpr; i++)
         if (gpu_backend_set_matvec_split(e->be, bad_tpr[i]) != -1 ||
             !strstr(st_last_error(), "threads per row")) {
@@ -1464,7 +1471,7 @@ static void test_gpu_setters(const struct be_entry *e) {
         }
     if (gpu_backend_set_matvec_split(e->be, 0) || gpu_backend_set_matvec_rows(e->be, 0) ||
         gpu_backend_set_matvec_tokens(e->be, 0) || gpu_backend_set_tensor_cores(e->be, -1) ||
-        gpu_backend_set_tile_tokens(e->be, 0) || gpu_backend_set_matvec_swar(e->be, -1)) {
+        gpu_backend_set_tile(e->be, 0, 0) || gpu_backend_set_matvec_swar(e->be, -1)) {
         printf("  FAIL the automatic choices refused: %s\n", st_last_error());
         test_n_fail++;
     }
@@ -1564,7 +1571,9 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
            "15)\n",
            peak);
     printf("matrix x matrix, %d tokens (the prompt products; 2 copies of the weights rotating; median of\n"
-           "10 passes)\n| type | rows x cols | us | TOPS | of ceiling |\n|---|---|---|---|---|\n",
+           "10 passes): the backend's tile, then us at each tile of rows x tokens\n"
+           "| type | rows x cols | us | TOPS | of ceiling | 64x64 | 64x128 | 128x64 | 128x128 |\n"
+           "|---|---|---|---|---|---|---|---|---|\n",
            N);
     float *x = xmalloc_f((size_t)N * 14336);
     fill_normal(x, (size_t)N * 14336);
@@ -1580,15 +1589,23 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
             int copies;
             const int prepared = prepare_copies(be, &w, 2, ws, wp, &copies);
             float *bx = prepared == 2 ? put(be, x, sizeof(float) * (size_t)N * (size_t)cols) : NULL;
-            double sec = 0;
-            if (!bx || gpu_bench_matmul(be, wp, 2, bx, N, 10, false, &sec)) {
-                printf("  FAIL prompt bench %s: %s\n", key, st_last_error());
-                test_n_fail++;
-            } else {
+            static const int tiles[5][2] = {{0, 0}, {64, 64}, {64, 128}, {128, 64}, {128, 128}};
+            for (int k = 0; k < 5; k++) {
+                double sec = 0;
+                gpu_backend_set_tile(be, tiles[k][0], tiles[k][1]);
+                if (!bx || gpu_bench_matmul(be, wp, 2, bx, N, 10, false, &sec)) {
+                    printf("%s  FAIL prompt bench %s: %s\n", k ? "\n" : "", key, st_last_error());
+                    test_n_fail++;
+                    break;
+                }
                 const double tops = 2.0 * (double)rows * (double)cols * N / sec / 1e12;
-                printf("| %s | %lldx%lld | %.1f | %.1f | %.1f%% |\n", quant_name(types[ti]), (long long)rows,
-                       (long long)cols, sec * 1e6, tops, 100.0 * tops / peak);
+                if (k == 0)
+                    printf("| %s | %lldx%lld | %.1f | %.1f | %.1f%% |", quant_name(types[ti]),
+                           (long long)rows, (long long)cols, sec * 1e6, tops, 100.0 * tops / peak);
+                else
+                    printf(" %.1f |%s", sec * 1e6, k == 4 ? "\n" : "");
             }
+            gpu_backend_set_tile(be, 0, 0);
             if (bx) be->release(be, bx);
             release_copies(be, ws, prepared);
             free((void *)w.data);
@@ -1680,7 +1697,9 @@ static void perf(struct backend *be, const char *only) {
     printf("| type | rows x cols | MB | threads/row | stream us | GB/s | of ceiling | graph us | GB/s "
            "| of ceiling |\n|---|---|---|---|---|---|---|---|---|---|\n");
     static const enum ggml_type types[] = {GGML_TYPE_Q4_0,   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
-                                           GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_F16};
+                                           GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                           GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS,
+                                           GGML_TYPE_F16};
     static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
     static const int tprs[] = {0, 16, 32, 64, 128, 256};
     float x[14336];

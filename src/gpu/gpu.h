@@ -110,11 +110,12 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group);
 // message for another value.
 int gpu_backend_set_tensor_cores(struct backend *be, int mode);
 
-// Tokens a block of the tensor-core tiles takes: 128 (or 64 where a type's
-// steps are 128 columns wide), 64, or 0 the backend's choice (the default:
-// 128 unless that would leave multiprocessors without a block). Returns 0,
-// or -1 with a message for another value.
-int gpu_backend_set_tile_tokens(struct backend *be, int tokens);
+// Rows and tokens a block of the tensor-core tiles takes: each 128, 64, or 0
+// the backend's choice (the default: the largest tile, 128 × 128 first, that
+// leaves no multiprocessor without a block); types whose steps are 128
+// columns wide take 64 × 64 whatever is set. Returns 0, or -1 with a message
+// for another value.
+int gpu_backend_set_tile(struct backend *be, int rows, int tokens);
 
 // The dot product of one-token quantized products: 1 the SWAR form (the same
 // results as dp4a, two products a 32-bit multiply; rows wider than the

@@ -73,15 +73,15 @@ struct gpu_be {
     int device;
     int n_sm;
     gpuStream_t stream;
-    int tpr;       // threads per row of matrix × vector; 0: per matrix
-    int rpw;       // rows per 32 threads of a several-token matrix × vector; 0: per matrix
-    int tpg;       // tokens per group of a several-token matrix × vector; 0: per matrix
-    bool has_mma;  // the device multiplies half-precision tiles on tensor cores
-    bool mma;      // prompt batches' products take the tensor-core form
-    int tile_bn;   // tokens a block of the tensor-core tiles takes; 0: per product
-    bool has_dp4a; // the device computes dp4a in one instruction
-    bool swar;     // one-token products take the SWAR dot product (mmvq.h)
-    void **bufs;   // every alloc and prepared weight, freed by free()
+    int tpr;              // threads per row of matrix × vector; 0: per matrix
+    int rpw;              // rows per 32 threads of a several-token matrix × vector; 0: per matrix
+    int tpg;              // tokens per group of a several-token matrix × vector; 0: per matrix
+    bool has_mma;         // the device multiplies half-precision tiles on tensor cores
+    bool mma;             // prompt batches' products take the tensor-core form
+    int tile_bm, tile_bn; // rows and tokens a block of the tensor-core tiles takes; 0: per product
+    bool has_dp4a;        // the device computes dp4a in one instruction
+    bool swar;            // one-token products take the SWAR dot product (mmvq.h)
+    void **bufs;          // every alloc and prepared weight, freed by free()
     int n_bufs, cap_bufs;
     // activations converted for the products: the integer products' 8-bit
     // blocks, qs (n, cols) then ds, or (q8_half) the tensor-core tiles'
@@ -524,10 +524,11 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
         if (half ? !half_input(g, x, n, m.cols, &h) : m.rest && !quantized_input(g, x, n, m.cols, &q))
             return 0; // the error is recorded
         for (int i = 0; i < n_w; i++) {
-            const int rc = half     ? gpu_mmh(set.w[i], h, y[i], n, add, g->tile_bn, g->n_sm, g->stream)
-                           : m.rest ? gpu_mmq(set.w[i], q, y[i], n, add, g->stream)
-                                    : gpu_gemv_float(set.w[i], x, y[i], n,
-                                                     matvec_tpr(g, set.w[i], set.w[i].rows), add, g->stream);
+            const int rc =
+                half     ? gpu_mmh(set.w[i], h, y[i], n, add, g->tile_bm, g->tile_bn, g->n_sm, g->stream)
+                : m.rest ? gpu_mmq(set.w[i], q, y[i], n, add, g->stream)
+                         : gpu_gemv_float(set.w[i], x, y[i], n, matvec_tpr(g, set.w[i], set.w[i].rows), add,
+                                          g->stream);
             if (rc) return rc;
         }
         return 0;
@@ -1054,10 +1055,13 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group) {
     return 0;
 }
 
-int gpu_backend_set_tile_tokens(struct backend *be, int tokens) {
+int gpu_backend_set_tile(struct backend *be, int rows, int tokens) {
+    if (rows != 0 && rows != 64 && rows != 128)
+        return st_fail("tile rows %d: use 64, 128 or 0 (automatic)", rows);
     if (tokens != 0 && tokens != 64 && tokens != 128)
         return st_fail("tile tokens %d: use 64, 128 or 0 (automatic)", tokens);
     graphs_clear(gb(be));
+    gb(be)->tile_bm = rows;
     gb(be)->tile_bn = tokens;
     return 0;
 }

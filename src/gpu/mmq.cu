@@ -1,17 +1,18 @@
 // mmq.cu: quantized matrix × matrix for prompt batches, in two forms.
 //
 // Tensor cores (mmh_kernel; NVIDIA sm_80+, the compat layer's twin
-// elsewhere): a 256-thread block computes a 64-row × 128-token tile of y,
-// stepping through the columns 64 at a time (64 tokens and 128 columns for
-// types whose chunks spread over 128 elements; 64 tokens where 128 would
-// leave multiprocessors idle). It unpacks the step's weight
-// chunks into shared memory as halves (value (d·q + m) / hscale, the weight's
-// power of two that keeps them in the half range; converted once a block),
-// copies the activations' halves (gpu_h16: each token's row scaled by
-// a power of two), and each warp takes 32 rows × 32 tokens as 2 × 4 tiles of
-// 16 × 8 (st_mma_f16_k16, fragments by st_ldsm_x4) with float sums; the
-// token's scale multiplies the sum once at the end. The next step's loads are
-// in flight, staged in registers, while a step is computed.
+// elsewhere): a 256-thread block computes a tile of 128 or 64 rows × 128 or
+// 64 tokens of y, stepping through the columns 64 at a time (64 rows, 64
+// tokens and 128 columns for types whose chunks spread over 128 elements),
+// the largest tile that still gives every multiprocessor a block. It
+// unpacks the step's weight chunks into shared memory as halves (value
+// (d·q + m) / hscale, the weight's power of two that keeps them in the half
+// range; converted once a block), copies the activations' halves (gpu_h16:
+// each token's row scaled by a power of two), and each warp takes 32 rows ×
+// 16 to 64 tokens as 2 × 2..8 tiles of 16 × 8 (st_mma_f16_k16, fragments by
+// st_ldsm_x4) with float sums; the token's scale multiplies the sum once at
+// the end. The next step's loads are in flight, staged in registers, while a
+// step is computed.
 //
 // dp4a (mmq_kernel; every target): a 256-thread block computes a 64-row ×
 // 64-token tile from the weights unpacked as int8 with one (d, m) per group of
@@ -180,36 +181,36 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(2))
 
 // --- the tensor-core form ------------------------------------------------------------
 
-// A block's tile: MMH_BM rows × BN tokens, stepping BK columns at a time;
-// BK = 64, or 128 where a type's chunks spread over 128 elements (Q::SPAN);
-// BN = 128 tokens (WIDE) or 64, and 64 where BK is 128, so that every shape
-// fits the same shared memory. Eight warps of 32 rows × BN/4 tokens.
-#define MMH_BM 64
-#define MMH_AREA 8192     // the largest BN · BK
+// A block's tile: BM rows × BN tokens (each 64 or 128), stepping BK = 64
+// columns at a time; for a type whose chunks spread over 128 elements
+// (Q::SPAN) BK = 128 and the tile is 64 × 64 whatever was asked, so that
+// every shape fits the same shared memory. Eight warps, WR along the rows
+// (32 rows each) and 8 / WR along the tokens (NT tiles of 8 tokens each).
 #define MMH_TILE_LANES 32 // the lanes of one tile product (a 64-lane wave holds two)
-template <class Q, bool WIDE> struct mmh_shape {
-    static constexpr int BK = Q::SPAN > 64 ? 128 : 64, BN = WIDE ? MMH_AREA / BK : 64;
+template <class Q, int BM_, int BN_> struct mmh_shape {
+    static constexpr int BK = Q::SPAN > 64 ? 128 : 64;
+    static constexpr int BM = BK == 128 ? 64 : BM_, BN = BK == 128 ? 64 : BN_;
+    static constexpr int WR = BM / 32, NT = BN / (8 / WR) / 8;
     static constexpr int XPT = BN * BK / 8 / GPU_BLOCK; // 16-byte activation units a thread and step
     static constexpr int LD = BK / 2 + 4; // words (half pairs) a tile row; 4 more spread rows over the banks
-    static constexpr int NT = BN / 4 / 8; // 16 × 8 tiles a warp along the tokens
     static constexpr int EPI = Q::QK / Q::QI, IPS = BK / EPI; // elements a chunk, chunks a row and step
-    static constexpr int C = MMH_BM * IPS;                    // chunks a step: threads 0 .. C-1 take one each
+    static constexpr int C = BM * IPS;                        // chunks a step: threads 0 .. C-1 take one each
 };
 
 // A thread's global loads of one step of the columns, staged in registers
-// while the step before is computed: its weight chunk (threads below MMH_BM ·
+// while the step before is computed: its weight chunk (threads below BM ·
 // chunks per row and step; ok false past the row's end or the matrix) and
 // XPT units of 8 activation halves.
-template <class Q, bool WIDE> struct mmh_stage {
+template <class Q, int BM, int BN> struct mmh_stage {
     gpu_chunk<Q::R> c;
     bool ok;
-    uint4 a[mmh_shape<Q, WIDE>::XPT];
+    uint4 a[mmh_shape<Q, BM, BN>::XPT];
 };
 
-template <class Q, bool WIDE>
+template <class Q, int BM, int BN>
 static __device__ __forceinline__ void mmh_fetch(const gpu_mat &w, const gpu_h16 &x, int n, int64_t row0,
-                                                 int tok0, int64_t k0, mmh_stage<Q, WIDE> &s) {
-    using S = mmh_shape<Q, WIDE>;
+                                                 int tok0, int64_t k0, mmh_stage<Q, BM, BN> &s) {
+    using S = mmh_shape<Q, BM, BN>;
     constexpr int EPI = S::EPI, IPS = S::IPS;
     const int tid = threadIdx.x;
     if (tid < S::C) {
@@ -227,11 +228,11 @@ static __device__ __forceinline__ void mmh_fetch(const gpu_mat &w, const gpu_h16
     }
 }
 
-// Shared memory of a step: weights (MMH_BM, BK) and activations (BN, BK) as
+// Shared memory of a step: weights (BM, BK) and activations (BN, BK) as
 // halves, two to a word, rows padded to LD words.
-template <class Q, bool WIDE> struct mmh_smem {
-    using S = mmh_shape<Q, WIDE>;
-    __align__(16) uint32_t a[MMH_BM][S::LD];
+template <class Q, int BM, int BN> struct mmh_smem {
+    using S = mmh_shape<Q, BM, BN>;
+    __align__(16) uint32_t a[S::BM][S::LD];
     __align__(16) uint32_t b[S::BN][S::LD];
 };
 
@@ -252,10 +253,10 @@ static __device__ __forceinline__ void mmh_dequant4(uint32_t q, uint32_t d2, uin
 // row's end, only on the last step of 32-element types, or of a row past the
 // matrix) zero-fills columns ii·EPI .. (the step's chunks together cover the
 // step's window either way).
-template <class Q, bool WIDE>
-static __device__ __forceinline__ void mmh_put_weights(mmh_smem<Q, WIDE> &sh, const gpu_chunk<Q::R> &c,
+template <class Q, int BM, int BN>
+static __device__ __forceinline__ void mmh_put_weights(mmh_smem<Q, BM, BN> &sh, const gpu_chunk<Q::R> &c,
                                                        bool ok, int r, int ii, int64_t k0, float inv) {
-    using S = mmh_shape<Q, WIDE>;
+    using S = mmh_shape<Q, BM, BN>;
     constexpr int EPI = S::EPI;
     if (ok) {
 #pragma unroll
@@ -274,44 +275,54 @@ static __device__ __forceinline__ void mmh_put_weights(mmh_smem<Q, WIDE> &sh, co
     }
 }
 
+// The steps of 16 columns: unrolled where the tiles are real; the compat
+// layer's twin elsewhere (many instructions a tile product) would pass
+// clang's unrolling limit at the widest tiles.
+#if ST_HAS_MMA
+#define MMH_UNROLL _Pragma("unroll")
+#else
+#define MMH_UNROLL _Pragma("unroll 1")
+#endif
+
 // Two blocks a multiprocessor where the tiles are real; the twin of the other
 // targets holds more registers (on wave64 AMD targets one block fits).
-template <int T, bool WIDE>
+template <int T, int BM, int BN>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(ST_HAS_MMA ? 2 : 1))
     mmh_kernel(gpu_mat w, gpu_h16 x, float *y, int n, bool add) {
     st_wait_prior(); // no early start for the kernel after: it would hold room the tiles use
     using Q = gpu_qt<T>;
-    using S = mmh_shape<Q, WIDE>;
+    using S = mmh_shape<Q, BM, BN>;
     constexpr int IPS = S::IPS, NT = S::NT;
     static_assert(S::BK % Q::SPAN == 0 && S::C <= GPU_BLOCK && S::XPT * GPU_BLOCK * 8 == S::BN * S::BK &&
-                      S::BN * S::BK <= MMH_AREA,
-                  "whole chunks, one weight chunk and XPT activation units a thread and step");
-    __shared__ mmh_smem<Q, WIDE> sh;
+                      NT % 2 == 0 && sizeof(mmh_smem<Q, BM, BN>) <= 48 * 1024,
+                  "whole chunks, one weight chunk and XPT activation units a thread and step, "
+                  "tiles in pairs, static shared memory");
+    __shared__ mmh_smem<Q, BM, BN> sh;
 
     const int tid = threadIdx.x, lane = tid % MMH_TILE_LANES;
     // token tiles along x: the blocks that share a tile of weight rows run
     // side by side and read it from L2
-    const int64_t row0 = (int64_t)blockIdx.y * MMH_BM;
+    const int64_t row0 = (int64_t)blockIdx.y * S::BM;
     const int tok0 = blockIdx.x * S::BN;
     // warp wp takes rows wr .. wr+31 and tokens wt .. wt+8·NT-1; lane (lg, lt) of
     // its fragments holds rows lg, lg + 8 and tokens 2lt, 2lt + 1 of each 16 × 8 tile
     const int wp = tid / MMH_TILE_LANES, lg = lane / 4, lt = lane % 4;
-    const int wr = (wp % 2) * 32, wt = (wp / 2) * 8 * NT;
+    const int wr = (wp % S::WR) * 32, wt = (wp / S::WR) * 8 * NT;
     float acc[2][NT][4] = {}; // tile (mt, nt), fragment element j
 
     const float ws = *w.hscale, inv = 1.0f / ws; // powers of two: exact
-    mmh_stage<Q, WIDE> st;
-    mmh_fetch<Q, WIDE>(w, x, n, row0, tok0, 0, st);
+    mmh_stage<Q, BM, BN> st;
+    mmh_fetch<Q, BM, BN>(w, x, n, row0, tok0, 0, st);
     for (int64_t k0 = 0; k0 < w.cols; k0 += S::BK) {
-        if (tid < S::C) mmh_put_weights<Q, WIDE>(sh, st.c, st.ok, tid / IPS, tid % IPS, k0, inv);
+        if (tid < S::C) mmh_put_weights<Q, BM, BN>(sh, st.c, st.ok, tid / IPS, tid % IPS, k0, inv);
 #pragma unroll
         for (int u = 0; u < S::XPT; u++) {
             const int idx = tid + u * GPU_BLOCK;
             *(uint4 *)&sh.b[idx / (S::BK / 8)][4 * (idx % (S::BK / 8))] = st.a[u];
         }
         __syncthreads();
-        if (k0 + S::BK < w.cols) mmh_fetch<Q, WIDE>(w, x, n, row0, tok0, k0 + S::BK, st);
-#pragma unroll
+        if (k0 + S::BK < w.cols) mmh_fetch<Q, BM, BN>(w, x, n, row0, tok0, k0 + S::BK, st);
+        MMH_UNROLL
         for (int kk = 0; kk < S::BK / 16; kk++) {
             uint32_t af[2][4], bf[NT / 2][4];
             // A: rows lane % 16, k 8 (lane / 16) ..; B: tokens 8 (lane / 16) + lane % 8, k 8 (lane / 8 % 2) ..
@@ -357,22 +368,42 @@ static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool 
     GPU_CHECK_LAUNCH();
 }
 
-// Blocks of bn tokens; for bn 0 the wide tiles unless they would leave
-// multiprocessors (n_sm of them) without a block.
+template <int T, int BM, int BN>
+static void mmh_go(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, gpuStream_t s) {
+    using S = mmh_shape<gpu_qt<T>, BM, BN>;
+    ST_LAUNCH((mmh_kernel<T, S::BM, S::BN>),
+              dim3((unsigned)gpu_cdiv(n, S::BN), (unsigned)gpu_cdiv(w.rows, S::BM)), GPU_BLOCK, 0, s, w, x, y,
+              n, add);
+}
+
+// Tiles of bm rows × bn tokens as asked (0: either); among those, the largest
+// (in the order 128 × 128, 64 × 128, 128 × 64, 64 × 64) that gives each of the
+// device's n_sm multiprocessors a block, else the smallest.
 template <int T>
-static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bn, int n_sm,
-                       gpuStream_t s) {
-    using W = mmh_shape<gpu_qt<T>, true>;
-    using N = mmh_shape<gpu_qt<T>, false>;
-    const int64_t row_tiles = gpu_cdiv(w.rows, MMH_BM);
-    // (where BK is 128 the two shapes are one: BN 64 either way, one kernel)
-    const bool wide = W::BN == N::BN || (bn ? bn == W::BN : gpu_cdiv(n, W::BN) * row_tiles >= (int64_t)n_sm);
-    if (wide)
-        ST_LAUNCH((mmh_kernel<T, true>), dim3((unsigned)gpu_cdiv(n, W::BN), (unsigned)row_tiles), GPU_BLOCK,
-                  0, s, w, x, y, n, add);
-    else if constexpr (W::BN != N::BN)
-        ST_LAUNCH((mmh_kernel<T, false>), dim3((unsigned)gpu_cdiv(n, N::BN), (unsigned)row_tiles), GPU_BLOCK,
-                  0, s, w, x, y, n, add);
+static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bm, int bn,
+                       int n_sm, gpuStream_t s) {
+    static const int tiles[4][2] = {{128, 128}, {64, 128}, {128, 64}, {64, 64}};
+    const bool small = gpu_qt<T>::SPAN > 64; // one tile shape: 64 × 64
+    int k = -1;
+    for (int i = 0; i < 4; i++) {
+        if ((bm && tiles[i][0] != bm) || (bn && tiles[i][1] != bn)) continue;
+        k = i;
+        const int tm = small ? 64 : tiles[i][0], tn = small ? 64 : tiles[i][1];
+        if (gpu_cdiv(n, tn) * gpu_cdiv(w.rows, tm) >= (int64_t)n_sm) break;
+    }
+    switch (k) {
+    case 0:
+        mmh_go<T, 128, 128>(w, x, y, n, add, s);
+        break;
+    case 1:
+        mmh_go<T, 64, 128>(w, x, y, n, add, s);
+        break;
+    case 2:
+        mmh_go<T, 128, 64>(w, x, y, n, add, s);
+        break;
+    default:
+        mmh_go<T, 64, 64>(w, x, y, n, add, s);
+    }
     GPU_CHECK_LAUNCH();
 }
 
@@ -389,11 +420,13 @@ int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool add, gpuStr
     }
 }
 
-int gpu_mmh(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bn, int n_sm, gpuStream_t s) {
-    if (n < 1 || x.cols != w.cols || (bn != 0 && bn != 64 && bn != 128)) return -1;
+int gpu_mmh(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bm, int bn, int n_sm,
+            gpuStream_t s) {
+    if (n < 1 || x.cols != w.cols || (bm != 0 && bm != 64 && bm != 128) || (bn != 0 && bn != 64 && bn != 128))
+        return -1;
     switch (w.type) {
 #define F(T)                                                                                                 \
-    mmh_launch<T>(w, x, y, n, add, bn, n_sm, s);                                                             \
+    mmh_launch<T>(w, x, y, n, add, bm, bn, n_sm, s);                                                         \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F
