@@ -329,7 +329,7 @@ static bool mmvq_four_runs(int type) {
 }
 
 void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {
-    // The rows form, 4 rows a warp, for types of four runs a chunk where the
+    // The rows form, 4 or 2 rows a warp, for types of four runs a chunk where the
     // rows are many (Q4_K at 14336 x 4096: 14.0 us against 15.9 for the best
     // threads per row; at 4096 rows 6.1 against 5.9) and give each of its
     // lanes two chunks or more (narrower rows, as the 1B shape's 16384 x
@@ -343,7 +343,10 @@ void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, i
     *tpr = items <= 16 ? 16 : 32;
     if (mmvq_four_runs(type) && rows >= 8192 && items >= 2 * 32) {
         *tpr = 0;
-        *rpw = 4;
+        // 2 rows a warp for the types with a plane of high bits, whose chunks
+        // are dearer to unpack (at 14336 x 4096 on an H100: Q3_K 17.5 us at 2
+        // against 21.5 at 4, Q5_K 18.5 against 21.1; Q2_K 13.1 against 11.2)
+        *rpw = type == GGML_TYPE_Q3_K || type == GGML_TYPE_Q5_K ? 2 : 4;
         return;
     }
     while (*tpr < 256 && items > (int64_t)mmvq_lane_chunks(type) * *tpr) *tpr *= 2;
