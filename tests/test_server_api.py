@@ -492,11 +492,13 @@ def long_prompt(srv, seconds, n_ctx):
 
 def t_cancel_prompt(binary, model):
     """A client that leaves, --timeout and shutdown each stop a long prompt between
-    two chunks of 16 tokens (-b 16)."""
-    srv = Server(binary, model, "-b", "16", "-c", "8192", "-np", "1")
+    two chunks of 16 tokens (-b 16). The context is longer than the model's 8192
+    tokens: with the KV cache faulted in at load, the warm-up reads fast enough
+    that 8 s of prompt came to more than 8192 tokens, and the test skipped."""
+    srv = Server(binary, model, "-b", "16", "-c", "16384", "-np", "1")
     slow = None
     try:
-        text = long_prompt(srv, 8, 8192)
+        text = long_prompt(srv, 8, 16384)
         # a client that leaves during the prompt
         sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         body = json.dumps({"prompt": text, "max_tokens": 4}).encode()
@@ -528,7 +530,7 @@ def t_cancel_prompt(binary, model):
         check(status == 0 and stop_s < 2.5, f"shutdown during a prompt: {status} after {stop_s:.1f} s")
         th.join(10)
         # --timeout during the prompt: 503 within the limit plus a chunk
-        slow = Server(binary, model, "-b", "16", "-c", "8192", "-np", "1", "--timeout", "3")
+        slow = Server(binary, model, "-b", "16", "-c", "16384", "-np", "1", "--timeout", "3")
         t0 = time.time()
         s, _, b = http_call(slow.port, "POST", "/v1/completions", {"prompt": text, "max_tokens": 4})
         took = time.time() - t0
