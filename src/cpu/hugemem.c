@@ -35,7 +35,7 @@ static void advise_huge(void *p, size_t size) {
 }
 
 // Faults [p, p + size) in, writable. A buffer's first touch in the middle of a
-// request cost a server's first requests up to a second: the kernel clears
+// request cost a server's first requests up to 1.5 s: the kernel clears
 // each page, and for huge pages may first compact memory to find them
 // (docs/PERF.md). MADV_POPULATE_WRITE (Linux 5.14) does it without writing;
 // elsewhere the pages are written.

@@ -217,7 +217,8 @@ int context_init_seq(struct context *base, struct context **out) {
         struct context *c = st_xmalloc(sizeof *c);
         *c = *st; // the same model, backend, sizes, parameters, cache and scratch
         c->seq = st->n_seq_made++;
-        c->history = link == out ? st_xcalloc((size_t)c->n_ctx, sizeof *c->history) : NULL;
+        c->history =
+            st->layer0 == 0 ? st_xcalloc((size_t)c->n_ctx, sizeof *c->history) : NULL; // the head's only
         c->n_past = 0;
         c->hidden_out = NULL;
         c->next = NULL;

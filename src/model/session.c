@@ -141,7 +141,8 @@ int session_open(const struct session_opts *o, struct session *s) {
     const uint64_t kv = model_kv_bytes(s->model, n_ctx, s->be->kv_type),
                    scratch = context_scratch_bytes(s->model, n_batch);
     // the most sequences, up to the number asked for (or SESSION_AUTO_SEQ), that fit
-    const int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ < max_seq ? SESSION_AUTO_SEQ : max_seq;
+    int want = o->n_seq ? o->n_seq : SESSION_AUTO_SEQ;
+    if (want > max_seq) want = max_seq; // only the automatic count: a larger -np was refused above
     int n_seq = want;
     while (n_seq > 1 &&
            s->be->check_memory(s->be, s->model->weight_bytes, kv * (uint64_t)n_seq, scratch, n_ctx * n_seq))
