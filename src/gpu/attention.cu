@@ -4,12 +4,14 @@
 // Each row carries its own position and cache region (backend.h's batch_rows),
 // so the rows of several sequences run in one launch.
 //
-// A block takes one (head, token, key range): its warps take every 4th key,
-// each warp keeping a running max, sum and weighted value sum (online
-// softmax); the warps are merged through shared memory. A long context is cut
+// A block takes one (head, token, key range) in rounds of 128 keys (on 32-lane
+// warps): each lane scores one key, and each warp keeps a running max, sum
+// and weighted value sum of its keys (online softmax), one value column a
+// lane; the warps are merged through shared memory. A long context is cut
 // into n_split key ranges whose partial results (unnormalised output, max,
 // sum) a second kernel merges, so that decode (one token, few heads) still
-// fills the device. Each lane holds MAXD/warp values of q and of the output.
+// fills the device. The query sits in shared memory; each lane holds MAXD/warp
+// values of the output.
 //
 // A prompt chunk (a run of rows of one sequence at consecutive positions)
 // goes to the tile kernel instead, in which every key and value row read
@@ -48,59 +50,75 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 const int32_t *pos, const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk,
                 int n_split, float scale, float softcap, int window) {
     st_launch_begin();
-    constexpr int ATT_WARPS = ATT_THREADS / ST_WARP_SIZE;
-    constexpr int NV = (MAXD + ST_WARP_SIZE - 1) / ST_WARP_SIZE;
+    constexpr int W = ST_WARP_SIZE, ATT_WARPS = ATT_THREADS / W;
+    constexpr int NV = (MAXD + W - 1) / W;
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
-    const int warp = threadIdx.x / ST_WARP_SIZE, lane = threadIdx.x % ST_WARP_SIZE;
+    const int warp = threadIdx.x / W, lane = threadIdx.x % W;
     const int kvh = h / group;
     const int n_kv = pos[t] + 1;
-    kc += (int64_t)base[t] * kv_dim;
-    vc += (int64_t)base[t] * kv_dim;
+    kc += (int64_t)base[t] * kv_dim + (int64_t)kvh * hd;
+    vc += (int64_t)base[t] * kv_dim + (int64_t)kvh * hd;
     const int lo = window > 0 ? max(0, n_kv - window) : 0; // the first key in the window
     const int j0 = max(sp * chunk, lo), j1 = min(sp * chunk + chunk, n_kv);
     const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
     const float *qh = q + ((int64_t)t * n_head + h) * hd;
-    float qv[NV], o[NV];
+    __shared__ __align__(16) float qsh[MAXD]; // the query, scaled
+    __shared__ float ps[ATT_WARPS][W];        // each warp's softmax weights of its keys
+    for (int d = threadIdx.x; d < MAXD; d += ATT_THREADS) qsh[d] = d < hd ? qh[d] * scale : 0.0f;
+    float o[NV];
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int d = lane + ST_WARP_SIZE * i;
-        qv[i] = d < hd ? qh[d] * scale : 0.0f;
-        o[i] = 0.0f;
-    }
+    for (int i = 0; i < NV; i++) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    // Every warp runs the same number of rounds (a warp past the last key
-    // idles through its last one): the warp sum stays in block-uniform
+    const bool vec = hd % 4 == 0; // key rows read 4 values at a time
+    // A round takes ATT_WARPS · W keys, one a lane: each lane scores its own
+    // key (its row's loads all independent), the warp's weights go through
+    // shared memory, then each lane sums one value column over the warp's
+    // keys. Every round, barrier and warp reduction is in block-uniform
     // control flow, which OpenCL devices that build sub-group operations on
     // work-group barriers (PoCL's CPU device) require.
-    for (int jb = j0; jb < j1; jb += ATT_WARPS) {
-        const int j = jb + warp;
+    for (int jb = j0; jb < j1; jb += ATT_WARPS * W) {
+        __syncthreads();                             // the query stored; the last round's weights used
+        const int jw = jb + warp * W, j = jw + lane; // the warp's first key, the lane's
         const bool live = j < j1;
-        const KV *kr = kc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
-        const KV *vr = vc + (int64_t)j * kv_dim + (int64_t)kvh * hd;
+        const KV *kr = kc + (int64_t)(live ? j : j0) * kv_dim;
         float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int d = lane + ST_WARP_SIZE * i;
-            if (live && d < hd) s += qv[i] * kv_ld(kr + d);
+        if (vec) {
+#pragma unroll 8
+            for (int d = 0; d < hd; d += 4) {
+                const float4 kk = kv_ld4(kr + d), qq = *(const float4 *)&qsh[d];
+                s = fmaf(qq.w, kk.w, fmaf(qq.z, kk.z, fmaf(qq.y, kk.y, fmaf(qq.x, kk.x, s))));
+            }
+        } else {
+            for (int d = 0; d < hd; d++) s = fmaf(qsh[d], kv_ld(kr + d), s);
         }
-        s = st_warp_sum_f32(s, ST_WARP_SIZE);
-        if (!live) continue;
         if (softcap > 0) s = softcap * tanhf(s * inv_cap);
-        const float mn = fmaxf(m, s);
-        const float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            const int d = lane + ST_WARP_SIZE * i;
-            o[i] = o[i] * corr + (d < hd ? p * kv_ld(vr + d) : 0.0f);
-        }
+        s = live ? s : -INFINITY;
+        const float mn = fmaxf(m, st_warp_max_f32(s, W));
+        const float ms = mn == -INFINITY ? 0.0f : mn; // no key yet: nothing to rescale
+        const float corr = expf(m - ms), p = live ? expf(s - ms) : 0.0f;
+        l = l * corr + st_warp_sum_f32(p, W);
         m = mn;
+        ps[warp][lane] = p;
+#pragma unroll
+        for (int i = 0; i < NV; i++) o[i] *= corr;
+        __syncthreads();                // the weights stored
+        const int nk = min(W, j1 - jw); // the warp's keys (none when ≤ 0)
+#pragma unroll 8
+        for (int k = 0; k < nk; k++) {
+            const float pk = ps[warp][k];
+            const KV *vr = vc + (int64_t)(jw + k) * kv_dim;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                const int d = lane + W * i;
+                if (d < hd) o[i] = fmaf(pk, kv_ld(vr + d), o[i]);
+            }
+        }
     }
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float so[ATT_WARPS][NV * ST_WARP_SIZE];
+    __shared__ float so[ATT_WARPS][NV * W];
     if (lane == 0) sm[warp] = m, sl[warp] = l;
 #pragma unroll
-    for (int i = 0; i < NV; i++) so[warp][lane + ST_WARP_SIZE * i] = o[i];
+    for (int i = 0; i < NV; i++) so[warp][lane + W * i] = o[i];
     __syncthreads();
     float mx = -INFINITY;
     for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm[w]);
