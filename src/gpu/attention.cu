@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         const KV *kr = kc + (int64_t)(live ? j : j0) * kv_dim;
         float s = 0.0f;
         if (vec) {
-#pragma unroll 8
+            ST_UNROLL(8)
             for (int d = 0; d < hd; d += 4) {
                 const float4 kk = kv_ld4(kr + d), qq = *(const float4 *)&qsh[d];
                 s = fmaf(qq.w, kk.w, fmaf(qq.z, kk.z, fmaf(qq.y, kk.y, fmaf(qq.x, kk.x, s))));
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int i = 0; i < NV; i++) o[i] *= corr;
         __syncthreads();                // the weights stored
         const int nk = min(W, j1 - jw); // the warp's keys (none when ≤ 0)
-#pragma unroll 8
+        ST_UNROLL(8)
         for (int k = 0; k < nk; k++) {
             const float pk = ps[warp][k];
             const KV *vr = vc + (int64_t)(jw + k) * kv_dim;

@@ -18,6 +18,8 @@
 //     sums, and st_ldsm_x4, its fragments from shared memory (tensor cores
 //     where ST_HAS_MMA, shuffle twins elsewhere); half pairs (st_f2h2,
 //     st_h2_add, st_h2_fma);
+//   - ST_UNROLL(n), a request to unroll a loop n times where the target's
+//     compiler takes it (a pragma; nothing on SPIR-V);
 //   - ST_LAUNCH, and st_launch_begin / st_launch_dependents / st_wait_prior
 //     in the kernels it launches: launches that may overlap the kernel before
 //     them where the target can (ST_HAS_PDL).
@@ -59,6 +61,13 @@
 #else
 __device__ constexpr int st_warp_size_device_only(void) { return ST_WARP_SIZE_HOST_PASS; }
 #define ST_WARP_SIZE (st_warp_size_device_only())
+#endif
+
+// ST_UNROLL(n), before a loop: `#pragma unroll n` where the vendor header
+// has not defined it away (vendor_spirv.h).
+#ifndef ST_UNROLL
+#define ST_PRAGMA(x) _Pragma(#x)
+#define ST_UNROLL(n) ST_PRAGMA(unroll n)
 #endif
 
 // ST_MIN_BLOCKS(n): the minimum-blocks argument of __launch_bounds__, n
