@@ -10,7 +10,11 @@
 // the token's and the row's block scales and adds to 16 float accumulators. The
 // next block's multiply runs while the one before is scaled (two C tiles, three
 // buffers for their sums).
-// Integer sums are those of the other kernels; only the float order differs.
+// Integer sums and the float order are those of the AVX-512 kernels, so a
+// token's outputs have the same bits in a prompt as alone (single tokens take
+// AVX-512 VNNI). Q4_K, as there: each block's sums times d·sc into a
+// super-block's part, then the mins in integers and the part times the
+// super-block's activation scale into the sum, once every 8 blocks.
 //
 // Q4_0 and Q8_0 go through signed × signed products (nibble − 8, the Q8 bytes),
 // Q4_1 and Q4_K signed activations × unsigned nibbles plus the min term. Q6_K
@@ -73,7 +77,8 @@ INLINE void unpack_q4(const uint8_t *qs, int8_t *b, int off) {
 }
 
 // Group g's blocks as B tiles (bb: nb × 512 bytes) and their scales and mins
-// (dv, mv: nb × 16 floats; mv only for the types with a min term).
+// (dv, mv: nb × 16 floats; mv only for Q4_1, whose min term is a float per
+// block; Q4_K's mins are taken from the weight at each super-block's end).
 static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t g, int8_t *bb, float *dv,
                          float *mv) {
     const int64_t nb = w->cols / GEMM_QK;
@@ -106,10 +111,7 @@ static void unpack_group(enum gemm_type gt, const struct gemm_weight *w, int64_t
             unpack_q4(&s->qs[j][0][0][0], bt, 0);
             const __m512 sc =
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->sc[j])));
-            const __m512 mn =
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s->m[j])));
-            _mm512_storeu_ps(d, _mm512_mul_ps(load_f16(s->d), sc));
-            _mm512_storeu_ps(m, _mm512_mul_ps(_mm512_mul_ps(load_f16(s->dmin), mn), _mm512_set1_ps(-1.0f)));
+            _mm512_storeu_ps(d, _mm512_mul_ps(load_f16(s->d), sc)); // mins: at the fold (epilogue_q4_K)
             break;
         }
         default:
@@ -134,6 +136,55 @@ INLINE void epilogue(const int32_t *c, const float *dv, const float *mv, const f
     }
 }
 
+// Q4_K block b: part[t] += C[t] · dv (dv = d·sc_j); at the end of a
+// super-block (b % 8 == 7) its min term −dmin·Σ_j m_j·Σq_j in integers into
+// part (vpdpwssd over pairs of blocks), then acc[t] += part[t] · da of the
+// super-block and part = 0: the order of the AVX-512 kernel's q4_K_block and
+// q4_K_fold. acc lives in memory (16 × 16 floats): it is touched once a
+// super-block, and part takes the registers.
+INLINE void epilogue_q4_K(const int32_t *c, const float *dv, const struct gemm_q4_K *s, const float *da,
+                          const int16_t *qsum, int64_t b, int64_t nb, __m512 part[16], float *acc) {
+    const __m512 d = _mm512_loadu_ps(dv + b * GEMM_R);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++)
+        part[t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(c + 16 * t))), d, part[t]);
+    if (b % 8 != 7) return;
+    const int64_t b0 = b - 7;
+    const struct gemm_q4_K *sb = s + b0 / 8;
+    __m512i mp[4]; // each row's (m_2k, m_2k+1) as a pair of int16
+    for (int k = 0; k < 4; k++)
+        mp[k] = _mm512_or_si512(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sb->m[2 * k])),
+            _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sb->m[2 * k + 1])), 16));
+    const __m512 ndmin = _mm512_xor_ps(load_f16(sb->dmin), _mm512_set1_ps(-0.0f));
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        const int16_t *qt = qsum + (size_t)t * (size_t)nb + b0;
+        __m512i mins = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            int32_t pair;
+            memcpy(&pair, qt + 2 * k, sizeof pair);
+            mins = _mm512_dpwssd_epi32(mins, mp[k], _mm512_set1_epi32(pair));
+        }
+        part[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), ndmin, part[t]);
+        _mm512_store_ps(acc + 16 * t,
+                        _mm512_fmadd_ps(part[t], _mm512_set1_ps(da[(size_t)t * (size_t)nb + b0]),
+                                        _mm512_load_ps(acc + 16 * t)));
+        part[t] = _mm512_setzero_ps();
+    }
+}
+
+// Block b's sums into the accumulators, by type.
+#define EPILOGUE(bk)                                                                                         \
+    do {                                                                                                     \
+        const int32_t *cb_ = cbuf + 256 * ((bk) % 3);                                                        \
+        if (gt == GEMM_Q4_K)                                                                                 \
+            epilogue_q4_K(cb_, dv, sk, da, qsum, (bk), nb, part, acck);                                      \
+        else                                                                                                 \
+            epilogue(cb_, dv + (bk)*GEMM_R, mv ? mv + (bk)*GEMM_R : NULL, da + (bk), sa + (bk), nb, acc);    \
+    } while (0)
+
 // The tile product of block b into C tile CT with A tile AT and B tile BT.
 #define TILE_BLOCK(CT, AT, BT, b, SIGNED)                                                                    \
     do {                                                                                                     \
@@ -150,11 +201,13 @@ INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, con
                        int nt, int64_t g0, int64_t g1, float *y, int64_t ldy) {
     const int64_t nb = w->cols / GEMM_QK;
     const bool has_min = gt == GEMM_Q4_1 || gt == GEMM_Q4_K, is_signed = !has_min;
-    uint8_t *mem = aligned_alloc(64, (size_t)nb * 512 + (size_t)nb * GEMM_R * 4 * 2 + 3072);
+    float *acck = NULL; // Q4_K's accumulators (epilogue_q4_K)
+    uint8_t *mem = aligned_alloc(64, (size_t)nb * 512 + (size_t)nb * GEMM_R * 4 * 2 + 3072 + 1024);
     ST_ASSERT(mem); // about 600 bytes per 32 columns
     int8_t *bb = (int8_t *)mem;
-    float *dv = (float *)(mem + (size_t)nb * 512), *mv = has_min ? dv + nb * GEMM_R : NULL;
+    float *dv = (float *)(mem + (size_t)nb * 512), *mv = gt == GEMM_Q4_1 ? dv + nb * GEMM_R : NULL;
     int32_t *cbuf = (int32_t *)(mem + (size_t)nb * 512 + (size_t)nb * GEMM_R * 4 * 2);
+    acck = (float *)(cbuf + 3 * 256);
     config_tiles();
     for (int64_t g = g0; g < g1; g++) {
         unpack_group(gt, w, g, bb, dv, mv);
@@ -164,30 +217,30 @@ INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, con
             // rows past the batch are padding the activation buffer holds (gemm_act_layout)
             const int8_t *qa = a->qs + (size_t)tt * (size_t)a->cols;
             const float *da = a->d + (size_t)tt * (size_t)nb, *sa = a->s + (size_t)tt * (size_t)nb;
-            __m512 acc[16];
+            const int16_t *qsum = a->qsum ? a->qsum + (size_t)tt * (size_t)nb : NULL;
+            const struct gemm_q4_K *sk = (const struct gemm_q4_K *)(w->data + (size_t)g * w->group_bytes);
+            __m512 acc[16], part[16];
 #pragma GCC unroll 16
-            for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+            for (int t = 0; t < 16; t++) acc[t] = part[t] = _mm512_setzero_ps();
+            if (gt == GEMM_Q4_K) memset(acck, 0, sizeof(float) * 256);
             // block b's product runs in C tile b % 2 while block b − 1's sums, stored a
             // block earlier (AMX stores are slow to forward to vector loads), are scaled
             TILE_BLOCK(0, 2, 4, 0, is_signed);
             for (int64_t b = 0; b < nb; b += 2) {
                 if (b + 1 < nb) TILE_BLOCK(1, 3, 5, b + 1, is_signed);
                 _tile_stored(0, cbuf + 256 * (b % 3), 64);
-                if (b > 0)
-                    epilogue(cbuf + 256 * ((b - 1) % 3), dv + (b - 1) * GEMM_R,
-                             mv ? mv + (b - 1) * GEMM_R : NULL, da + b - 1, sa + b - 1, nb, acc);
+                if (b > 0) EPILOGUE(b - 1);
                 if (b + 1 < nb) {
                     if (b + 2 < nb) TILE_BLOCK(0, 2, 4, b + 2, is_signed);
                     _tile_stored(1, cbuf + 256 * ((b + 1) % 3), 64);
-                    epilogue(cbuf + 256 * (b % 3), dv + b * GEMM_R, mv ? mv + b * GEMM_R : NULL, da + b,
-                             sa + b, nb, acc);
+                    EPILOGUE(b);
                 }
             }
-            epilogue(cbuf + 256 * ((nb - 1) % 3), dv + (nb - 1) * GEMM_R, mv ? mv + (nb - 1) * GEMM_R : NULL,
-                     da + nb - 1, sa + nb - 1, nb, acc);
+            EPILOGUE(nb - 1);
             const int ntok = t0 + nt - tt < 16 ? t0 + nt - tt : 16;
             for (int t = 0; t < ntok; t++)
-                _mm512_mask_storeu_ps(y + (size_t)(tt + t) * (size_t)ldy + g * GEMM_R, rows, acc[t]);
+                _mm512_mask_storeu_ps(y + (size_t)(tt + t) * (size_t)ldy + g * GEMM_R, rows,
+                                      gt == GEMM_Q4_K ? _mm512_load_ps(acck + 16 * t) : acc[t]);
         }
     }
     _tile_release();
