@@ -201,13 +201,12 @@ INLINE void amx_kernel(const enum gemm_type gt, const struct gemm_weight *w, con
                        int nt, int64_t g0, int64_t g1, float *y, int64_t ldy) {
     const int64_t nb = w->cols / GEMM_QK;
     const bool has_min = gt == GEMM_Q4_1 || gt == GEMM_Q4_K, is_signed = !has_min;
-    float *acck = NULL; // Q4_K's accumulators (epilogue_q4_K)
     uint8_t *mem = aligned_alloc(64, (size_t)nb * 512 + (size_t)nb * GEMM_R * 4 * 2 + 3072 + 1024);
     ST_ASSERT(mem); // about 600 bytes per 32 columns
     int8_t *bb = (int8_t *)mem;
     float *dv = (float *)(mem + (size_t)nb * 512), *mv = gt == GEMM_Q4_1 ? dv + nb * GEMM_R : NULL;
     int32_t *cbuf = (int32_t *)(mem + (size_t)nb * 512 + (size_t)nb * GEMM_R * 4 * 2);
-    acck = (float *)(cbuf + 3 * 256);
+    float *acck = (float *)(cbuf + 3 * 256); // Q4_K's accumulators (epilogue_q4_K), 16 × 16
     config_tiles();
     for (int64_t g = g0; g < g1; g++) {
         unpack_group(gt, w, g, bb, dv, mv);
