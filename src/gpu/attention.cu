@@ -5,13 +5,13 @@
 // so the rows of several sequences run in one launch.
 //
 // A block takes one (head, token, key range) in rounds of 128 keys (on 32-lane
-// warps): each lane scores one key, and each warp keeps a running max, sum
-// and weighted value sum of its keys (online softmax), one value column a
-// lane; the warps are merged through shared memory. A long context is cut
-// into n_split key ranges whose partial results (unnormalised output, max,
-// sum) a second kernel merges, so that decode (one token, few heads) still
-// fills the device. The query sits in shared memory; each lane holds MAXD/warp
-// values of the output.
+// warps), dealt out to the warps in turn: each lane scores one key, and each
+// warp keeps a running max, sum and weighted value sum of its keys (online
+// softmax), four value columns a lane; the warps are merged through shared
+// memory. A long context is cut into n_split equal ranges of the row's keys,
+// whose partial results (unnormalised output, max, sum) a second kernel
+// merges, so that decode (one token, few heads) still fills the device. The
+// query sits in shared memory.
 //
 // A prompt chunk (a run of rows of one sequence at consecutive positions)
 // goes to the tile kernel instead, in which every key and value row read
@@ -47,38 +47,42 @@ static __device__ __forceinline__ void attn_store_q8(const float *row, int hd, i
 template <int MAXD, typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const float *q, const KV *kc, const KV *vc, float *out, int8_t *oq, float2 *od, float *part,
-                const int32_t *pos, const int32_t *base, int n_head, int group, int hd, int kv_dim, int chunk,
+                const int32_t *pos, const int32_t *base, int n_head, int group, int hd, int kv_dim,
                 int n_split, float scale, float softcap, int window) {
     st_launch_begin();
     constexpr int W = ST_WARP_SIZE, ATT_WARPS = ATT_THREADS / W;
-    constexpr int NV = (MAXD + W - 1) / W;
+    constexpr int NG = (MAXD + 4 * W - 1) / (4 * W); // groups of 4 output values a lane
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     const int warp = threadIdx.x / W, lane = threadIdx.x % W;
     const int kvh = h / group;
     const int n_kv = pos[t] + 1;
     kc += (int64_t)base[t] * kv_dim + (int64_t)kvh * hd;
     vc += (int64_t)base[t] * kv_dim + (int64_t)kvh * hd;
-    const int lo = window > 0 ? max(0, n_kv - window) : 0; // the first key in the window
-    const int j0 = max(sp * chunk, lo), j1 = min(sp * chunk + chunk, n_kv);
+    // The row's keys (those in the window) cut into n_split equal ranges.
+    const int lo = window > 0 ? max(0, n_kv - window) : 0;
+    const int chunk = (n_kv - lo + n_split - 1) / n_split;
+    const int j0 = lo + sp * chunk, j1 = min(j0 + chunk, n_kv);
     const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
     const float *qh = q + ((int64_t)t * n_head + h) * hd;
     __shared__ __align__(16) float qsh[MAXD]; // the query, scaled
     __shared__ float ps[ATT_WARPS][W];        // each warp's softmax weights of its keys
     for (int d = threadIdx.x; d < MAXD; d += ATT_THREADS) qsh[d] = d < hd ? qh[d] * scale : 0.0f;
-    float o[NV];
+    float o[4 * NG]; // output values 4·(lane + W·g) + c of the warp's keys
 #pragma unroll
-    for (int i = 0; i < NV; i++) o[i] = 0.0f;
+    for (int i = 0; i < 4 * NG; i++) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const bool vec = hd % 4 == 0; // key rows read 4 values at a time
-    // A round takes ATT_WARPS · W keys, one a lane: each lane scores its own
-    // key (its row's loads all independent), the warp's weights go through
-    // shared memory, then each lane sums one value column over the warp's
-    // keys. Every round, barrier and warp reduction is in block-uniform
-    // control flow, which OpenCL devices that build sub-group operations on
+    const bool vec = hd % 4 == 0; // rows read 4 values at a time
+    // A round takes ATT_WARPS · W keys, one a lane, dealt out in turn to the
+    // warps (key jb + ATT_WARPS·lane + warp), so that a short range keeps
+    // every warp busy: each lane scores its own key (its row's loads all
+    // independent), the warp's weights go through shared memory, then each
+    // lane sums 4 value columns (one 16-byte load a key) over the warp's keys.
+    // Every round, barrier and warp reduction is in block-uniform control
+    // flow, which OpenCL devices that build sub-group operations on
     // work-group barriers (PoCL's CPU device) require.
     for (int jb = j0; jb < j1; jb += ATT_WARPS * W) {
-        __syncthreads();                             // the query stored; the last round's weights used
-        const int jw = jb + warp * W, j = jw + lane; // the warp's first key, the lane's
+        __syncthreads(); // the query stored; the last round's weights used
+        const int j = jb + ATT_WARPS * lane + warp;
         const bool live = j < j1;
         const KV *kr = kc + (int64_t)(live ? j : j0) * kv_dim;
         float s = 0.0f;
@@ -100,25 +104,49 @@ __global__ void __launch_bounds__(ATT_THREADS)
         m = mn;
         ps[warp][lane] = p;
 #pragma unroll
-        for (int i = 0; i < NV; i++) o[i] *= corr;
-        __syncthreads();                // the weights stored
-        const int nk = min(W, j1 - jw); // the warp's keys (none when ≤ 0)
-        ST_UNROLL(8)
-        for (int k = 0; k < nk; k++) {
-            const float pk = ps[warp][k];
-            const KV *vr = vc + (int64_t)(jw + k) * kv_dim;
+        for (int i = 0; i < 4 * NG; i++) o[i] *= corr;
+        __syncthreads(); // the weights stored
+        // the warp's keys: lanes 0 .. nk-1 (none when ≤ 0)
+        const int nk = min(W, (j1 - jb - warp + ATT_WARPS - 1) / ATT_WARPS);
+        if (vec) {
+            ST_UNROLL(8)
+            for (int k = 0; k < nk; k++) {
+                const float pk = ps[warp][k];
+                const KV *vr = vc + (int64_t)(jb + ATT_WARPS * k + warp) * kv_dim;
 #pragma unroll
-            for (int i = 0; i < NV; i++) {
-                const int d = lane + W * i;
-                if (d < hd) o[i] = fmaf(pk, kv_ld(vr + d), o[i]);
+                for (int g = 0; g < NG; g++) {
+                    const int d = 4 * (lane + W * g);
+                    if (d < hd) {
+                        const float4 vv = kv_ld4(vr + d);
+                        o[4 * g] = fmaf(pk, vv.x, o[4 * g]);
+                        o[4 * g + 1] = fmaf(pk, vv.y, o[4 * g + 1]);
+                        o[4 * g + 2] = fmaf(pk, vv.z, o[4 * g + 2]);
+                        o[4 * g + 3] = fmaf(pk, vv.w, o[4 * g + 3]);
+                    }
+                }
+            }
+        } else {
+            for (int k = 0; k < nk; k++) {
+                const float pk = ps[warp][k];
+                const KV *vr = vc + (int64_t)(jb + ATT_WARPS * k + warp) * kv_dim;
+#pragma unroll
+                for (int i = 0; i < 4 * NG; i++) {
+                    const int d = 4 * (lane + W * (i / 4)) + i % 4;
+                    if (d < hd) o[i] = fmaf(pk, kv_ld(vr + d), o[i]);
+                }
             }
         }
     }
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float so[ATT_WARPS][NV * W];
+    __shared__ float so[ATT_WARPS][MAXD];
     if (lane == 0) sm[warp] = m, sl[warp] = l;
 #pragma unroll
-    for (int i = 0; i < NV; i++) so[warp][lane + W * i] = o[i];
+    for (int g = 0; g < NG; g++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int d = 4 * (lane + W * g) + c;
+            if (d < MAXD) so[warp][d] = o[4 * g + c];
+        }
     __syncthreads();
     float mx = -INFINITY;
     for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm[w]);
@@ -330,12 +358,11 @@ void gpu_kv_store(void *kc, void *vc, bool f16, const float *k, const float *v, 
 
 template <int MAXD, typename KV>
 static void attn_launch(const float *q, const KV *k, const KV *v, float *out, int8_t *oq, float2 *od,
-                        float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
+                        float *part, const int32_t *pos, const int32_t *base, int n, int n_head,
                         int n_head_kv, int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
-    const int chunk = (int)gpu_cdiv(n_kv, n_split);
     const dim3 grid((unsigned)n_head, (unsigned)n, (unsigned)n_split);
     ST_LAUNCH((attn_kernel<MAXD, KV>), grid, ATT_THREADS, 0, s, q, k, v, out, oq, od, part, pos, base, n_head,
-              n_head / n_head_kv, hd, n_head_kv * hd, chunk, n_split, ap.scale, ap.softcap, ap.window);
+              n_head / n_head_kv, hd, n_head_kv * hd, n_split, ap.scale, ap.softcap, ap.window);
     GPU_CHECK_LAUNCH();
     if (n_split > 1) {
         ST_LAUNCH(attn_merge_kernel, dim3((unsigned)n_head, (unsigned)n), 128, 0, s, part, out, oq, od,
@@ -386,33 +413,29 @@ int gpu_attention_run(const float *q, const void *k, const void *v, bool f16, fl
 
 template <typename KV>
 static void attn_dispatch(const float *q, const KV *k, const KV *v, float *out, int8_t *oq, float2 *od,
-                          float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
+                          float *part, const int32_t *pos, const int32_t *base, int n, int n_head,
                           int n_head_kv, int hd, int n_split, const struct attn_params &ap, gpuStream_t s) {
     if (hd <= 32)
-        attn_launch<32>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
-                        s);
+        attn_launch<32>(q, k, v, out, oq, od, part, pos, base, n, n_head, n_head_kv, hd, n_split, ap, s);
     else if (hd <= 64)
-        attn_launch<64>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
-                        s);
+        attn_launch<64>(q, k, v, out, oq, od, part, pos, base, n, n_head, n_head_kv, hd, n_split, ap, s);
     else if (hd <= 128)
-        attn_launch<128>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
-                         s);
+        attn_launch<128>(q, k, v, out, oq, od, part, pos, base, n, n_head, n_head_kv, hd, n_split, ap, s);
     else
-        attn_launch<256>(q, k, v, out, oq, od, part, pos, base, n, n_kv, n_head, n_head_kv, hd, n_split, ap,
-                         s);
+        attn_launch<256>(q, k, v, out, oq, od, part, pos, base, n, n_head, n_head_kv, hd, n_split, ap, s);
 }
 
 int gpu_attention(const float *q, const void *k, const void *v, bool f16, float *out, int8_t *oq, float2 *od,
-                  float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
-                  int n_head_kv, int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s) {
+                  float *part, const int32_t *pos, const int32_t *base, int n, int n_head, int n_head_kv,
+                  int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s) {
     if (head_dim < 1 || head_dim > GPU_ATTN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv != 0 ||
         n_split < 1 || (oq && head_dim % GPU_Q8_BLOCK))
         return -1;
     if (f16)
-        attn_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, oq, od, part, pos, base, n, n_kv,
-                      n_head, n_head_kv, head_dim, n_split, ap, s);
+        attn_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, oq, od, part, pos, base, n, n_head,
+                      n_head_kv, head_dim, n_split, ap, s);
     else
-        attn_dispatch(q, (const float *)k, (const float *)v, out, oq, od, part, pos, base, n, n_kv, n_head,
+        attn_dispatch(q, (const float *)k, (const float *)v, out, oq, od, part, pos, base, n, n_head,
                       n_head_kv, head_dim, n_split, ap, s);
     return 0;
 }

@@ -25,17 +25,18 @@ void gpu_kv_store(void *kc, void *vc, bool f16, const float *k, const float *v, 
 
 // out (n, n_head, head_dim): row t (position p = pos[t]) attends to positions
 // 0 .. p of its sequence, cache rows base[t] + 0 .. p of k/v (rows, n_head_kv,
-// head_dim), only p-window+1 .. p with a window; n_kv ≥ every pos[t] + 1.
-// Scores ap.scale·q·k, soft-capped when ap.softcap > 0; softmax in float with
-// a running maximum. part: gpu_attention_scratch floats. With oq (and od)
+// head_dim), only p-window+1 .. p with a window. Scores ap.scale·q·k,
+// soft-capped when ap.softcap > 0; softmax in float with a running maximum.
+// A row's keys are cut into n_split equal ranges (gpu_attention_splits), whose
+// partial results go through part (gpu_attention_scratch floats). With oq (and od)
 // not NULL, out is also written 8-bit quantized in gpu_quantize_q8's form
 // (oq (n, n_head·head_dim), od (n, n_head·head_dim/32)), to the bit as that
 // function would; head_dim must then be a multiple of 32. Returns 0 once
 // enqueued, -1 for a head_dim over the limit (or not a multiple of 32 with
 // oq) or heads that do not group (n_head % n_head_kv).
 int gpu_attention(const float *q, const void *k, const void *v, bool f16, float *out, int8_t *oq, float2 *od,
-                  float *part, const int32_t *pos, const int32_t *base, int n, int n_kv, int n_head,
-                  int n_head_kv, int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s);
+                  float *part, const int32_t *pos, const int32_t *base, int n, int n_head, int n_head_kv,
+                  int head_dim, int n_split, const struct attn_params &ap, gpuStream_t s);
 
 // Rows in a batch from which a run of one sequence takes gpu_attention_run.
 #define GPU_ATTN_TILE_MIN_ROWS 8

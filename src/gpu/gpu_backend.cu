@@ -708,8 +708,8 @@ static int attention_rows(struct gpu_be *g, const float *q, const void *k_cache,
     int8_t *qs = oq.qs ? (int8_t *)oq.qs + t0 * row : NULL;
     float2 *ds = oq.qs ? (float2 *)oq.ds + t0 * (row / 32) : NULL;
     return gpu_attention(q + t0 * row, k_cache, v_cache, g->be.kv_type == GGML_TYPE_F16, out + t0 * row, qs,
-                         ds, g->att_part, r->pos + t0, r->base + t0, n, r->n_kv, n_head, n_head_kv, head_dim,
-                         splits, *ap, g->stream);
+                         ds, g->att_part, r->pos + t0, r->base + t0, n, n_head, n_head_kv, head_dim, splits,
+                         *ap, g->stream);
 }
 
 // Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
