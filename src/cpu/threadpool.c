@@ -18,29 +18,25 @@
 // caller runs most chunks alone while they wake (on a 2-core machine, jobs of
 // two 20 µs chunks 1.5 ms apart took 45 µs instead of 22).
 //
-// On a machine shared with other work the spinning itself is the harm: a worker
-// that spins uses its whole share of a contended core, so the scheduler preempts
-// it, often in the middle of a chunk, and the job waits for it. So the pool
-// watches for contention (the caller waited long for a chunk, or a spinning
-// worker saw a gap that only a preemption explains) and for a while after
-// workers sleep right after each job: they then use little more CPU than their
-// chunks need, and the scheduler lets a woken worker run its chunk promptly.
-//
-// A worker whose own core is contended still costs the jobs it joins: the
-// caller wakes it for every job, and once in a while it is preempted holding a
-// chunk and the whole job waits for the other process's time slice. So each
-// worker also watches itself (watch_self): every 20 ms or so it reads how long
-// the scheduler has kept it waiting to run (/proc/thread-self/schedstat), and
-// if meanwhile it took part in a job for longer than a preemption-free chunk
-// explains (or saw a gap while spinning), waited a quarter of that time, and
-// the jobs were short (under 100 µs on average, as in one token's decode
+// On a machine shared with other work, a worker whose own core is contended
+// costs the jobs it joins: the caller wakes it for every job, and once in a
+// while it is preempted holding a chunk and the whole job waits for the other
+// process's time slice. So each worker watches itself (watch_self): every
+// 20 ms or so it reads how long the scheduler has kept it waiting to run
+// (/proc/thread-self/schedstat), and if meanwhile it took part in a job for
+// longer than a preemption-free chunk explains (or saw a gap while
+// spinning), waited a quarter of that time, and the jobs were short (under 100 µs on average, as in one token's decode
 // step, where waking it and waiting for it cost more than its share), it sits
 // out (sit_out): it takes no chunks and is not woken, so the jobs run on the
 // threads whose cores are free, alone on the caller when every worker sits
 // out. Longer jobs keep it: half a core still pays its way there. After the
 // sit-out it joins again and looks again; caught again straight away, it sits
 // out twice as long. Without the file it counts its involuntary context
-// switches instead.
+// switches instead. Only the worker whose core is contended stops joining:
+// a pool-wide rule that stopped every worker spinning for 50 ms after any
+// sign of a preemption cost a 2-core server about 9% of its rate at 1 and at
+// 8 clients (its own connection threads set it off every step) and gained
+// nothing measurable beside a busy process (docs/PERF.md).
 #include "cpu/threadpool.h"
 
 #include <fcntl.h>
@@ -64,9 +60,7 @@
 
 #define WORKER_SPIN_NS 100000    // a worker sleeps after 100 µs without a job
 #define CALLER_SPIN_NS 50000     // the caller sleeps after 50 µs waiting for chunks
-#define STALL_NS 300000          // a wait this long for a chunk means a preempted worker
-#define GAP_NS 200000            // so does a gap this long between two looks while spinning
-#define CONTENDED_NS 50000000    // then workers do not spin for 50 ms
+#define GAP_NS 200000            // a gap this long between two looks while spinning means a preemption
 #define SUSPECT_NS 200000        // a worker in a job this long looks at its run-queue wait
 #define SIT_OUT_NS 50000000      // a worker kept waiting to run sits out jobs for 50 ms,
 #define SIT_OUT_MAX_NS 800000000 // twice as long each time in a row, up to 0.8 s
@@ -92,9 +86,8 @@ struct threadpool {
     _Atomic(threadpool_chunk_fn) fn;
     _Atomic(void *) arg;
     atomic_int n_chunks;
-    _Atomic int64_t contended_until; // now_ns() before which workers do not spin
-    _Atomic int64_t last_start;      // when the newest job was published (ns)
-    _Atomic int64_t period;          // the recent interval between jobs (ns), 0 if none steady
+    _Atomic int64_t last_start; // when the newest job was published (ns)
+    _Atomic int64_t period;     // the recent interval between jobs (ns), 0 if none steady
     // threadpool_run's adapter
     threadpool_fn compat_fn;
     void *compat_arg;
@@ -243,7 +236,7 @@ static void sit_out(struct threadpool *tp, int64_t *until, int64_t *len, int64_t
 
 // Spins until a job newer than `seen` is published (into *g), the pool
 // stops, or the clock reaches `until`; true if it saw a gap that only a
-// preemption explains (the pool is then marked contended).
+// preemption explains.
 static bool spin(struct threadpool *tp, unsigned seen, unsigned *g, int64_t until) {
     int64_t t = now_ns();
     for (int spins = 1;; spins++) {
@@ -252,10 +245,7 @@ static bool spin(struct threadpool *tp, unsigned seen, unsigned *g, int64_t unti
         if (*g != seen || atomic_load(&tp->stop)) return false;
         if (spins & 63) continue;
         const int64_t t1 = now_ns();
-        if (t1 - t > GAP_NS) { // descheduled while spinning: the core is shared
-            atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
-            return true;
-        }
+        if (t1 - t > GAP_NS) return true; // descheduled while spinning: the core is shared
         t = t1;
         if (t1 > until) return false;
     }
@@ -285,7 +275,7 @@ static void *worker_main(void *p) {
             continue;
         }
         bool gap = false;
-        if (g == seen && !atomic_load(&tp->stop) && t >= atomic_load(&tp->contended_until)) {
+        if (g == seen && !atomic_load(&tp->stop)) {
             gap = spin(tp, seen, &g, t + WORKER_SPIN_NS);
             // Jobs at a steady period (a server's step, each sampling job after
             // the device's forward pass): sleep until shortly before the next
@@ -302,8 +292,7 @@ static void *worker_main(void *p) {
                     atomic_fetch_sub(&tp->sleepers, 1);
                     g = atomic_load_explicit(&tp->gen, memory_order_acquire);
                 }
-                if (g == seen && !atomic_load(&tp->stop) && now_ns() >= atomic_load(&tp->contended_until))
-                    gap = spin(tp, seen, &g, due + period / 8);
+                if (g == seen && !atomic_load(&tp->stop)) gap = spin(tp, seen, &g, due + period / 8);
             }
         }
         if (gap && watch_self(&self, now_ns(), true, tp)) {
@@ -351,7 +340,6 @@ struct threadpool *threadpool_init(int n_threads) {
     tp->threads = st_xcalloc((size_t)n_threads, sizeof *tp->threads);
     atomic_init(&tp->claim, 0);
     atomic_init(&tp->gen, 0);
-    atomic_init(&tp->contended_until, 0);
     atomic_init(&tp->last_start, 0);
     atomic_init(&tp->period, 0);
     atomic_init(&tp->sitting, 0);
@@ -438,8 +426,6 @@ static void wait_done(struct threadpool *tp, int n_chunks) {
             int d;
             while ((d = atomic_load(&tp->done)) != n_chunks) futex_wait(&tp->done, d, -1);
             atomic_store(&tp->caller_sleeping, 0);
-            const int64_t t1 = now_ns();
-            if (t1 - t0 > STALL_NS) atomic_store(&tp->contended_until, t1 + CONTENDED_NS);
             break;
         }
     }
