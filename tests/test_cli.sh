@@ -61,6 +61,7 @@ expect bench_tiny 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1
 expect bench_parallel 0 "tg8 .*ms/step" -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 -np 4
 expect bench_parallel_zero 2 "-np: 0 is out of range \\[1, 256\\]" -- bench -m "$tmp/tiny.gguf" -np 0
 expect bench_parallel_huge 2 "-np: 300 is out of range" -- bench -m "$tmp/tiny.gguf" -np 300
+expect bench_nothing 2 "-p 0 and -n 0 leave nothing to measure" -- bench -m "$tmp/tiny.gguf" -p 0 -n 0
 expect cache_f32 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 --cache-type f32
 expect cache_f16_ref 0 "tg8 " -- bench -m "$tmp/tiny.gguf" -p 16 -n 8 -r 1 -ctk f16 -ctv f16 --backend cpu-ref
 expect cache_unknown 2 "--cache-type: unknown KV cache type 'q8_0' \\(known: f16, f32\\)" -- \

@@ -168,7 +168,12 @@ int cli_bench(int argc, char **argv) {
         st_fail("no model given: use -m FILE");
         goto usage_error;
     }
-    if (o.s.n_ctx == 0) o.s.n_ctx = (int)(n_prompt + n_gen > 0 ? n_prompt + n_gen : 1);
+    if (n_prompt == 0 && n_gen == 0) {
+        st_fail(
+            "-p 0 and -n 0 leave nothing to measure: give a prompt length (-p) or tokens to generate (-n)");
+        goto usage_error;
+    }
+    if (o.s.n_ctx == 0) o.s.n_ctx = (int)(n_prompt + n_gen);
     if (n_prompt + n_gen > o.s.n_ctx) {
         st_fail("-p %lld plus -n %lld do not fit -c %d", n_prompt, n_gen, o.s.n_ctx);
         goto usage_error;
