@@ -207,6 +207,8 @@ def t_editing():
     s = Session("-n", "8")
     try:
         s.expect(rb"> ")
+        s.send(b"/set seed -1\r")  # llama.cpp's spelling of a random seed
+        s.expect(rb"\[seed = -1\]")
         s.send(b"/set temp 0.5\r")
         s.expect(rb"\[temp = 0\.5\]")
         s.send(b"/set top-k 7\r")

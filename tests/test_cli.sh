@@ -182,4 +182,21 @@ else
     skip=$((skip + 1))
     echo "  skip threads_same_text: $MODEL not found (run scripts/fetch-model.sh)"
 fi
+# A fixed seed repeats the text; -1 (llama.cpp's spelling) draws a fresh seed
+# each run, as no -s does. On the random-weight model at temperature 2 two
+# draws of 16 tokens from a 512-token vocabulary all agree with odds far below
+# 1e-20, so two equal texts mean the seed was fixed.
+seeded() { "$BIN" run -m "$tmp/tiny.gguf" -p hi -n 16 --temp 2 --top-k 0 --top-p 1 --min-p 0 "$@" 2>/dev/null; }
+seeded -s 7 >"$tmp/s7a"
+seeded -s 7 >"$tmp/s7b"
+seeded -s -1 >"$tmp/sra"
+seeded -s -1 >"$tmp/srb"
+if [ -s "$tmp/s7a" ] && cmp -s "$tmp/s7a" "$tmp/s7b" && [ -s "$tmp/sra" ] && ! cmp -s "$tmp/sra" "$tmp/srb"; then
+    pass=$((pass + 1))
+    echo "  ok   seed_fixed_and_random"
+else
+    fail=$((fail + 1))
+    echo "  FAIL seed_fixed_and_random: -s 7 twice should agree, -s -1 twice should not:"
+    for f in s7a s7b sra srb; do printf '    | %s: ' "$f"; od -An -c "$tmp/$f" | head -2 | tr -s ' '; done
+fi
 echo "RESULT $pass $fail $skip"

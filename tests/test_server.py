@@ -259,6 +259,12 @@ def t_length_and_seed(srv, model_id):
     a = cl.completions.create(model=model_id, prompt="Once upon a time", max_tokens=16, temperature=1.0, seed=42)
     b = cl.completions.create(model=model_id, prompt="Once upon a time", max_tokens=16, temperature=1.0, seed=42)
     check(a.choices[0].text == b.choices[0].text, "the same seed gave different text")
+    # seed -1 asks for a random seed (llama.cpp's convention), not the fixed value -1: at
+    # temperature 2 over the whole vocabulary two 16-token draws agree with negligible odds
+    wild = dict(model=model_id, prompt="Once upon a time", max_tokens=16, temperature=2.0, top_p=1.0, seed=-1,
+                extra_body={"top_k": 0, "min_p": 0})
+    c, d = cl.completions.create(**wild), cl.completions.create(**wild)
+    check(c.choices[0].text != d.choices[0].text, f"seed -1 gave the same text twice: {c.choices[0].text!r}")
 
 
 def t_stop_strings(srv, model_id):

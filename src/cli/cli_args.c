@@ -71,7 +71,7 @@ const char cli_model_opts_help[] =
     "      --min-p P          drop tokens below P x the top probability; 0 = off (default: 0.05)\n"
     "      --repeat-penalty F penalise recently seen tokens; 1 = off (default: 1.0)\n"
     "      --repeat-last-n N  how many recent tokens the penalty sees (default: 64)\n"
-    "  -s, --seed N           random seed (default: from the clock)\n";
+    "  -s, --seed N           random seed (default, or -1: from the clock)\n";
 
 static bool is_flag(const char *a, const char *name, const char *alias) {
     return !strcmp(a, name) || (alias && !strcmp(a, alias));
@@ -179,9 +179,13 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         VALUE();
         char *end;
         errno = 0;
+        if (!strcmp(v, "-1")) { // llama.cpp's spelling of a random seed
+            o->sp.seed = sampler_default_params().seed;
+            return 1;
+        }
         unsigned long long u = strtoull(v, &end, 10);
         if (end == v || *end || errno || v[0] == '-')
-            return st_fail("%s: '%s' is not a non-negative whole number", a, v);
+            return st_fail("%s: '%s' is not a non-negative whole number (or -1: from the clock)", a, v);
         o->sp.seed = u;
     } else {
         return 0;

@@ -268,7 +268,9 @@ static int chat_set(const char *args, struct sampler_params *sp, long long *n_pr
     else if (!strcmp(name, "repeat-last-n"))
         rc = cli_parse_int(name, value, 0, 1 << 24, &n) ? -1 : (p.repeat_last_n = (int)n, 0);
     else if (!strcmp(name, "seed"))
-        rc = cli_parse_int(name, value, 0, (long long)1 << 62, &n) ? -1 : (p.seed = (uint64_t)n, 0);
+        rc = cli_parse_int(name, value, -1, (long long)1 << 62, &n) ? -1
+             : n == -1 ? (p.seed = sampler_default_params().seed, 0) // -1: from the clock
+                       : (p.seed = (uint64_t)n, 0);
     else if (!strcmp(name, "n-predict")) {
         rc = cli_parse_int(name, value, -1, 1 << 30, &n);
         if (!rc && n == 0) rc = st_fail("n-predict 0 would give empty answers; use -1 or a count");

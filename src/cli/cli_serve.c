@@ -63,7 +63,8 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
         const char *a = argv[i], *v;
         long long n = 0;
         double f;
-        if (!strcmp(a, "-s") || !strcmp(a, "--seed")) cfg->seed_given = true;
+        if ((!strcmp(a, "-s") || !strcmp(a, "--seed")) && !(i + 1 < argc && !strcmp(argv[i + 1], "-1")))
+            cfg->seed_given = true; // -1: a fresh random seed each request, as without -s
         int rc = cli_model_opt(&mo, argc, argv, &i);
         if (rc < 0) return -1;
         if (rc > 0) continue;

@@ -268,7 +268,7 @@ static int parse_common(struct server *s, const cJSON *root, struct srv_request 
     if ((rc = get_int(root, "repeat_last_n", 0, s->n_ctx, &n, e)) < 0) return -1;
     if (rc) sp->repeat_last_n = (int)n;
     if ((rc = get_int(root, "seed", -MAX_SAFE_INT, MAX_SAFE_INT, &n, e)) < 0) return -1;
-    if (rc) sp->seed = (uint64_t)n;
+    if (rc) sp->seed = n == -1 ? srv_random(s) : (uint64_t)n; // -1: random, as llama.cpp's server
     if (sampler_params_check(sp))
         return srv_error_set(e, 400, BAD, "invalid_value", NULL, "%s", st_last_error());
 
