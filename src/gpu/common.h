@@ -71,19 +71,25 @@ static inline unsigned gpu_set_blocks(gpu_mat_set &s, int64_t rows_per_block) {
     return b;
 }
 
-// The member block blockIdx.x belongs to (w, y); returns the block's index within it.
-static __device__ __forceinline__ unsigned gpu_set_member(const gpu_mat_set &s, gpu_mat &w, float *&y) {
+// The member block b belongs to (w, y); returns the block's index within it.
+static __device__ __forceinline__ unsigned gpu_set_member_at(const gpu_mat_set &s, unsigned b, gpu_mat &w,
+                                                             float *&y) {
     w = s.w[0];
     y = s.y[0];
     unsigned start = 0;
 #pragma unroll
     for (int i = 1; i < GPU_SET_MAX; i++)
-        if (blockIdx.x >= s.start[i]) {
+        if (b >= s.start[i]) {
             w = s.w[i];
             y = s.y[i];
             start = s.start[i];
         }
-    return blockIdx.x - start;
+    return b - start;
+}
+
+// The member block blockIdx.x belongs to (w, y); returns the block's index within it.
+static __device__ __forceinline__ unsigned gpu_set_member(const gpu_mat_set &s, gpu_mat &w, float *&y) {
+    return gpu_set_member_at(s, blockIdx.x, w, y);
 }
 
 // Activations quantized in blocks of 32 (Q8_1-style): value ≈ d · q.

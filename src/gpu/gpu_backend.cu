@@ -523,12 +523,14 @@ static int products(struct gpu_be *g, const struct weight *const *w, int n_w, co
         const bool half = m.rest && g->mma;
         if (half ? !half_input(g, x, n, m.cols, &h) : m.rest && !quantized_input(g, x, n, m.cols, &q))
             return 0; // the error is recorded
+        if (half) {   // the tiles take the set in one launch
+            for (int i = 0; i < n_w; i++) set.y[i] = y[i];
+            return gpu_mmh(set, h, n, add, g->tile_bm, g->tile_bn, g->n_sm, g->stream);
+        }
         for (int i = 0; i < n_w; i++) {
-            const int rc =
-                half     ? gpu_mmh(set.w[i], h, y[i], n, add, g->tile_bm, g->tile_bn, g->n_sm, g->stream)
-                : m.rest ? gpu_mmq(set.w[i], q, y[i], n, add, g->stream)
-                         : gpu_gemv_float(set.w[i], x, y[i], n, matvec_tpr(g, set.w[i], set.w[i].rows), add,
-                                          g->stream);
+            const int rc = m.rest ? gpu_mmq(set.w[i], q, y[i], n, add, g->stream)
+                                  : gpu_gemv_float(set.w[i], x, y[i], n,
+                                                   matvec_tpr(g, set.w[i], set.w[i].rows), add, g->stream);
             if (rc) return rc;
         }
         return 0;

@@ -288,7 +288,7 @@ static __device__ __forceinline__ void mmh_put_weights(mmh_smem<Q, BM, BN> &sh, 
 // targets holds more registers (on wave64 AMD targets one block fits).
 template <int T, int BM, int BN>
 __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(ST_HAS_MMA ? 2 : 1))
-    mmh_kernel(gpu_mat w, gpu_h16 x, float *y, int n, bool add) {
+    mmh_kernel(gpu_mat_set set, gpu_h16 x, int n, bool add) {
     st_wait_prior(); // no early start for the kernel after: it would hold room the tiles use
     using Q = gpu_qt<T>;
     using S = mmh_shape<Q, BM, BN>;
@@ -302,7 +302,9 @@ __global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(ST_HAS_MMA ? 2 : 1))
     const int tid = threadIdx.x, lane = tid % MMH_TILE_LANES;
     // token tiles along x: the blocks that share a tile of weight rows run
     // side by side and read it from L2
-    const int64_t row0 = (int64_t)blockIdx.y * S::BM;
+    gpu_mat w;
+    float *y;
+    const int64_t row0 = (int64_t)gpu_set_member_at(set, blockIdx.y, w, y) * S::BM;
     const int tok0 = blockIdx.x * S::BN;
     // warp wp takes rows wr .. wr+31 and tokens wt .. wt+8·NT-1; lane (lg, lt) of
     // its fragments holds rows lg, lg + 8 and tokens 2lt, 2lt + 1 of each 16 × 8 tile
@@ -369,19 +371,21 @@ static void mmq_launch(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool 
 }
 
 template <int T, int BM, int BN>
-static void mmh_go(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, gpuStream_t s) {
+static void mmh_go(gpu_mat_set set, const gpu_h16 &x, int n, bool add, gpuStream_t s) {
     using S = mmh_shape<gpu_qt<T>, BM, BN>;
-    ST_LAUNCH((mmh_kernel<T, S::BM, S::BN>),
-              dim3((unsigned)gpu_cdiv(n, S::BN), (unsigned)gpu_cdiv(w.rows, S::BM)), GPU_BLOCK, 0, s, w, x, y,
-              n, add);
+    const unsigned row_blocks = gpu_set_blocks(set, S::BM);
+    ST_LAUNCH((mmh_kernel<T, S::BM, S::BN>), dim3((unsigned)gpu_cdiv(n, S::BN), row_blocks), GPU_BLOCK, 0, s,
+              set, x, n, add);
 }
 
 // Tiles of bm rows × bn tokens as asked (0: either); among those, the largest
 // (in the order 128 × 128, 64 × 128, 128 × 64, 64 × 64) that gives each of the
 // device's n_sm multiprocessors a block, else the smallest.
 template <int T>
-static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bm, int bn,
-                       int n_sm, gpuStream_t s) {
+static void mmh_launch(const gpu_mat_set &set, const gpu_h16 &x, int n, bool add, int bm, int bn, int n_sm,
+                       gpuStream_t s) {
+    int64_t rows = 0;
+    for (int i = 0; i < set.count; i++) rows += set.w[i].rows;
     static const int tiles[4][2] = {{128, 128}, {64, 128}, {128, 64}, {64, 64}};
     const bool small = gpu_qt<T>::SPAN > 64; // one tile shape: 64 × 64
     int k = -1;
@@ -389,20 +393,20 @@ static void mmh_launch(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool
         if ((bm && tiles[i][0] != bm) || (bn && tiles[i][1] != bn)) continue;
         k = i;
         const int tm = small ? 64 : tiles[i][0], tn = small ? 64 : tiles[i][1];
-        if (gpu_cdiv(n, tn) * gpu_cdiv(w.rows, tm) >= (int64_t)n_sm) break;
+        if (gpu_cdiv(n, tn) * gpu_cdiv(rows, tm) >= (int64_t)n_sm) break;
     }
     switch (k) {
     case 0:
-        mmh_go<T, 128, 128>(w, x, y, n, add, s);
+        mmh_go<T, 128, 128>(set, x, n, add, s);
         break;
     case 1:
-        mmh_go<T, 64, 128>(w, x, y, n, add, s);
+        mmh_go<T, 64, 128>(set, x, n, add, s);
         break;
     case 2:
-        mmh_go<T, 128, 64>(w, x, y, n, add, s);
+        mmh_go<T, 128, 64>(set, x, n, add, s);
         break;
     default:
-        mmh_go<T, 64, 64>(w, x, y, n, add, s);
+        mmh_go<T, 64, 64>(set, x, n, add, s);
     }
     GPU_CHECK_LAUNCH();
 }
@@ -420,13 +424,14 @@ int gpu_mmq(const gpu_mat &w, const gpu_q8 &x, float *y, int n, bool add, gpuStr
     }
 }
 
-int gpu_mmh(const gpu_mat &w, const gpu_h16 &x, float *y, int n, bool add, int bm, int bn, int n_sm,
+int gpu_mmh(const gpu_mat_set &set, const gpu_h16 &x, int n, bool add, int bm, int bn, int n_sm,
             gpuStream_t s) {
-    if (n < 1 || x.cols != w.cols || (bm != 0 && bm != 64 && bm != 128) || (bn != 0 && bn != 64 && bn != 128))
+    if (n < 1 || !gpu_set_valid(set, x.cols) || (bm != 0 && bm != 64 && bm != 128) ||
+        (bn != 0 && bn != 64 && bn != 128))
         return -1;
-    switch (w.type) {
+    switch (set.w[0].type) {
 #define F(T)                                                                                                 \
-    mmh_launch<T>(w, x, y, n, add, bm, bn, n_sm, s);                                                         \
+    mmh_launch<T>(set, x, n, add, bm, bn, n_sm, s);                                                          \
     return 0
         GPU_QTYPE_CASES(F)
 #undef F
