@@ -179,7 +179,8 @@ int cli_model_opt(struct cli_model_opts *o, int argc, char **argv, int *i) {
         VALUE();
         char *end;
         errno = 0;
-        if (!strcmp(v, "-1")) { // llama.cpp's spelling of a random seed
+        o->seed_given = strcmp(v, "-1") != 0;
+        if (!o->seed_given) { // llama.cpp's spelling of a random seed
             o->sp.seed = sampler_default_params().seed;
             return 1;
         }

@@ -22,6 +22,7 @@ const char *cli_value(int argc, char **argv, int *i);
 struct cli_model_opts {
     struct session_opts s;    // -m, -c, -b, -t, --backend
     struct sampler_params sp; // --temp, --top-k, ...
+    bool seed_given;          // -s with a seed of its own (not -1, which asks for a random one)
 };
 
 void cli_model_opts_default(struct cli_model_opts *o);

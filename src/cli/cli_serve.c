@@ -63,8 +63,6 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
         const char *a = argv[i], *v;
         long long n = 0;
         double f;
-        if ((!strcmp(a, "-s") || !strcmp(a, "--seed")) && !(i + 1 < argc && !strcmp(argv[i + 1], "-1")))
-            cfg->seed_given = true; // -1: a fresh random seed each request, as without -s
         int rc = cli_model_opt(&mo, argc, argv, &i);
         if (rc < 0) return -1;
         if (rc > 0) continue;
@@ -114,6 +112,7 @@ static int serve_parse(int argc, char **argv, struct server_config *cfg) {
     cfg->so = mo.s;
     cfg->so.n_seq = n_seq;
     cfg->sp = mo.sp;
+    cfg->seed_given = mo.seed_given; // else each request draws a fresh random seed
     if (!cfg->so.model) return st_fail("no model given: use -m FILE");
     return sampler_params_check(&cfg->sp);
 }

@@ -25,9 +25,9 @@
 // 20 ms or so it reads how long the scheduler has kept it waiting to run
 // (/proc/thread-self/schedstat), and if meanwhile it took part in a job for
 // longer than a preemption-free chunk explains (or saw a gap while
-// spinning), waited a quarter of that time, and the jobs were short (under 100 µs on average, as in one token's decode
-// step, where waking it and waiting for it cost more than its share), it sits
-// out (sit_out): it takes no chunks and is not woken, so the jobs run on the
+// spinning), waited a quarter of that time, and the jobs were short (under
+// 100 µs on average, as in one token's decode step, where waking it and
+// waiting for it cost more than its share), it sits out (sit_out): it takes no chunks and is not woken, so the jobs run on the
 // threads whose cores are free, alone on the caller when every worker sits
 // out. Longer jobs keep it: half a core still pays its way there. After the
 // sit-out it joins again and looks again; caught again straight away, it sits
