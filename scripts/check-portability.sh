@@ -8,7 +8,10 @@
 #                   libraries into a complete code object (no undefined
 #                   symbol); from its metadata, every kernel's wavefront size
 #                   must match ST_WARP_SIZE's family, its static LDS fit 64 KiB,
-#                   and the hot kernels (mmvq, mmq, attention) must not spill;
+#                   and the hot kernels (mmvq, mmq, attention) must not spill
+#                   (the tensor-core forms mmh_kernel and attn_mma_kernel, which
+#                   AMD targets run only as the compat layer's twins when a test
+#                   forces them, may);
 #                   registers and occupancy are printed as a table
 #   amd-host        the host pass of each source against the same headers (the
 #                   gpu* runtime names resolve to real HIP declarations)
@@ -74,11 +77,12 @@ if [ "${1:-}" = "--job" ]; then
             rm -f "$temps".* "$obj.hsaco.resolution.txt"
             # Every kernel must run at the wave size ST_WARP_SIZE assumed, keep
             # its static LDS within 64 KiB, and the hot kernels must not spill
-            # to scratch (SGPR spills go to VGPR lanes: counted in the table).
+            # to scratch (SGPR spills go to VGPR lanes: counted in the table);
+            # the tensor-core forms are not hot on these targets (above).
             awk -F '\t' -v wave="$wave" -v logf="$log" '
                 $5 != wave { print "kernel " $3 ": wavefront size " $5 ", want " wave >>logf; bad = 1 }
                 $11 > 65536 { print "kernel " $3 ": static LDS " $11 " bytes > 64 KiB" >>logf; bad = 1 }
-                $3 ~ /^(mmvq|mmq|attn)_/ && ($9 > 0 || $12 > 0) {
+                $3 ~ /^(mmvq|mmq|attn)_/ && $3 !~ /^attn_mma_/ && ($9 > 0 || $12 > 0) {
                     print "kernel " $3 ": " $9 " VGPRs spilled, " $12 " bytes of scratch" >>logf
                     bad = 1 }
                 END { exit bad }' "$obj.kernels" || ok=1

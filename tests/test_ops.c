@@ -1009,6 +1009,114 @@ static void test_rope_store(const struct be_entry *e) {
     printf("  %s %s rope_store: %d cases\n", test_n_fail == before ? "ok  " : "FAIL", e->be->name, cases);
 }
 
+// Per-element bounds for attention outputs where the GPU's tensor-core form
+// computes them (gpu_backend_attention_mma: the rows of runs it takes; the
+// other rows get the float tolerance atol_rel·rms + rtol·|want| of the other
+// cases), from a float64 pass over the same inputs (kf, vf: the caches
+// widened). That form rounds each query, times the scale and a power of two,
+// to a half (relative u = 2^-11, or 2^-25 of 2^e absolute where it falls
+// below the half range, 2^e ≤ 2^-14 of its largest |scale·q|), and each
+// softmax weight to a half (relative u, or 2^-25 absolute); the tile sums are
+// float (products of halves exact; tensor cores may truncate, so 2^-23 an
+// addition). A score s_j = scale·q·k_j then errs by at most
+//   δ_j = (1.001u + hd·2^-23)·T_j + 2^-39·A·K_j (+ 2^-24|s_j| + 2^-22·cap capped)
+// with T_j = scale·Σ|q_d·k_jd|, A = max|scale·q|, K_j = Σ|k_jd|; a float
+// cache's keys and values are rounded to halves too (round_kv), which adds
+// u·T_j + 2^-25·scale·Σ|q_d| to δ_j, and u to γ and 2^-25 to the output's
+// bound below. The weight w_j = e^(s_j - M) is off by the factor e^(±δ_j)
+// times (1 ± 2^-22) for expf, (1 ± u) for the half and (1 ± nt·2^-22) for the
+// rescales of nt tiles, a relative ρ_j, plus 2^-24 absolute (the half's
+// subnormals and expf's argument; the largest weight is 1). The output is the
+// weighted mean of the values, so that with W = Σ w_j and D_j = |v_jd - out_d|:
+//   |Δout_d| ≤ (Σ ρ_j·w_j·D_j + 2^-24·Σ D_j) / (W·(1 - ρmax) - n·2^-24)
+//             + γ·Σ w_j|v_jd| / W · (1 + ρmax) / (1 - ρmax) + (N + 3)·2^-24·|out_d|,
+// γ = (N + 2nt + 2)·2^-23 for the float sums over the N = 64·nt keys staged.
+static void attn_mma_bounds(struct backend *be, const float *q, const float *kf, const float *vf,
+                            bool round_kv, const float *want, const struct batch_rows *r, int n_head,
+                            int n_head_kv, int hd, const struct attn_params *ap, double atol_rel, double rtol,
+                            double *bound) {
+#ifdef STRATA_GPU
+    const size_t nq = (size_t)r->n * n_head * hd;
+    double ss = 0;
+    for (size_t i = 0; i < nq; i++) ss += (double)want[i] * want[i];
+    const double rms = sqrt(ss / (double)nq), u = 0x1p-11, group = n_head / n_head_kv;
+    const int kv_dim = n_head_kv * hd;
+    double *sj = st_xmalloc(sizeof(double) * (size_t)(r->n_kv + 1) * 3); // scores, weights, ρ_j
+    double *wj = sj + r->n_kv + 1, *rj = wj + r->n_kv + 1;
+    for (int t = 0; t < r->n;) {
+        const int len = batch_run_length(r, t);
+        const bool mma = gpu_backend_attention_mma(be, len, hd);
+        const int nt = (r->host_pos[t + len - 1] + 1 + 63) / 64 + 1; // the tiles of any block of the run
+        const double gam = (64.0 * nt + 2 * nt + 2) * 0x1p-23;
+        for (int i = t; i < t + len; i++)
+            for (int h = 0; h < n_head; h++) {
+                const float *qi = q + ((size_t)i * n_head + h) * hd;
+                double *bo = bound + ((size_t)i * n_head + h) * hd;
+                const float *wo = want + ((size_t)i * n_head + h) * hd;
+                if (!mma) {
+                    for (int d = 0; d < hd; d++) bo[d] = atol_rel * rms + rtol * fabs(wo[d]) + FLT_MIN;
+                    continue;
+                }
+                const int p = r->host_pos[i],
+                          lo = ap->window > 0 && p - ap->window + 1 > 0 ? p - ap->window + 1 : 0;
+                const int kvh = (int)(h / group);
+                double amax = 0, q1 = 0;
+                for (int d = 0; d < hd; d++) {
+                    amax = fmax(amax, fabs((double)ap->scale * qi[d]));
+                    q1 += fabs((double)ap->scale * qi[d]);
+                }
+                double M = -INFINITY, rmax = 0;
+                for (int j = lo; j <= p; j++) {
+                    const float *kj = kf + ((size_t)r->host_base[i] + j) * kv_dim + (size_t)kvh * hd;
+                    double s = 0, T = 0, K = 0;
+                    for (int d = 0; d < hd; d++) {
+                        s += (double)qi[d] * kj[d];
+                        T += fabs((double)qi[d] * kj[d]);
+                        K += fabs((double)kj[d]);
+                    }
+                    s *= ap->scale, T *= ap->scale;
+                    double delta = (1.001 * u + hd * 0x1p-23) * T + 0x1p-39 * amax * K;
+                    if (round_kv) delta += u * T + 0x1p-25 * q1;
+                    if (ap->softcap > 0) {
+                        delta += 0x1p-24 * fabs(s) + 0x1p-22 * ap->softcap;
+                        s = ap->softcap * tanh(s / ap->softcap);
+                    }
+                    sj[j - lo] = s;
+                    rj[j - lo] = exp(delta) * (1 + 0x1p-22) * (1 + u) * (1 + nt * 0x1p-22) - 1;
+                    rmax = fmax(rmax, rj[j - lo]);
+                    M = fmax(M, s);
+                }
+                const int n = p - lo + 1;
+                double W = 0;
+                for (int j = 0; j < n; j++) W += wj[j] = exp(sj[j] - M);
+                for (int d = 0; d < hd; d++) {
+                    double num = 0, absd = 0, wv = 0;
+                    for (int j = 0; j < n; j++) {
+                        const double v =
+                            vf[((size_t)r->host_base[i] + lo + j) * kv_dim + (size_t)kvh * hd + d];
+                        const double D = fabs(v - wo[d]);
+                        num += rj[j] * wj[j] * D;
+                        absd += D;
+                        wv += wj[j] * fabs(v);
+                    }
+                    const double den = W * (1 - rmax) - n * 0x1p-24;
+                    // inputs for which this analysis gives no bound (none of the test's) fail the case
+                    const double g = gam + (round_kv ? u : 0);
+                    bo[d] = den > 0 ? (num + 0x1p-24 * absd) / den + g * wv / W * (1 + rmax) / (1 - rmax) +
+                                          (64.0 * nt + 3) * 0x1p-24 * fabs(wo[d]) + (round_kv ? 0x1p-25 : 0)
+                                    : 0;
+                }
+            }
+        t += len;
+    }
+    free(sj);
+#else
+    (void)be, (void)q, (void)kf, (void)vf, (void)round_kv, (void)want, (void)r, (void)n_head, (void)n_head_kv,
+        (void)hd;
+    (void)ap, (void)atol_rel, (void)rtol, (void)bound;
+#endif
+}
+
 static void test_kv_store_attention(const struct be_entry *e) {
     const int before = test_n_fail;
     static const int cfg[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 80}, {2, 1, 256},
@@ -1054,6 +1162,8 @@ static void test_kv_store_attention(const struct be_entry *e) {
                         float *want = xmalloc_f(nq), *got = xmalloc_f(nq), *gotc = xmalloc_f(nc),
                               *wantc = xmalloc_f(nc);
                         void *raw = st_xmalloc(nc * es);
+                        float *kcf = xmalloc_f(nc), *vcf = xmalloc_f(nc); // the caches as stored, widened
+                        double *abound = st_xmalloc(sizeof(double) * nq);
                         fill_normal(kc, nc);
                         fill_normal(vc, nc);
                         for (int r = 0; r < n_span; r++)
@@ -1089,6 +1199,8 @@ static void test_kv_store_attention(const struct be_entry *e) {
                                         (size_t)len[r] * kv_dim, 0, 0, 0);
                             }
                         }
+                        kv_to_floats(kt, hkc, kcf, nc); // with the batch's rows stored
+                        kv_to_floats(kt, hvc, vcf, nc);
                         for (size_t oi = 0; oi < sizeof opts / sizeof *opts; oi++) {
                             const struct attn_params ap = {opts[oi].scale_mul / sqrtf((float)hd),
                                                            opts[oi].softcap, opts[oi].window};
@@ -1098,18 +1210,34 @@ static void test_kv_store_attention(const struct be_entry *e) {
                             const bool made =
                                 product && fresh_begin(e, &f, GGML_TYPE_Q4_0, n_head * hd, rows);
                             ref->attention(ref, q, hkc, hvc, want, &rc.on_ref, n_head, n_head_kv, hd, &ap);
-                            poison(e->be, bo, nq);
-                            e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd, &ap);
-                            snprintf(
-                                what, sizeof what,
-                                "attention heads=%d/%d hd=%d pos0=%d n=%d sequences=%d scale=%.3g cap=%g "
-                                "window=%d, %s cache",
-                                n_head, n_head_kv, hd, pos0[0], n, n_span, ap.scale, ap.softcap, ap.window,
-                                quant_name(kt));
-                            if (get(e->be, got, bo, nq))
-                                compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
-                            else
-                                test_n_fail++;
+                            // GPU prompt runs: the float tiles, then the tensor-core form
+                            const int forms = e->gpu && n >= 8 ? 2 : 1;
+                            for (int form = 0; form < forms; form++) {
+#ifdef STRATA_GPU
+                                if (forms == 2) gpu_backend_set_tensor_cores(e->be, form);
+#endif
+                                const bool mma = forms == 2 && form == 1;
+                                poison(e->be, bo, nq);
+                                e->be->attention(e->be, bq, bkc, bvc, bo, &rc.on_be, n_head, n_head_kv, hd,
+                                                 &ap);
+                                snprintf(what, sizeof what,
+                                         "attention heads=%d/%d hd=%d pos0=%d n=%d sequences=%d scale=%.3g "
+                                         "cap=%g window=%d, %s cache%s",
+                                         n_head, n_head_kv, hd, pos0[0], n, n_span, ap.scale, ap.softcap,
+                                         ap.window, quant_name(kt), mma ? ", tensor cores" : "");
+                                if (!get(e->be, got, bo, nq)) {
+                                    test_n_fail++;
+                                } else if (mma) {
+                                    attn_mma_bounds(e->be, q, kcf, vcf, kt == GGML_TYPE_F32, want, &rc.on_ref,
+                                                    n_head, n_head_kv, hd, &ap, 2e-5, 1e-4, abound);
+                                    compare(e->be->name, what, got, want, abound, nq, 0, 0, INFINITY);
+                                } else {
+                                    compare(e->be->name, what, got, want, NULL, nq, 2e-5, 1e-4, 1e-9);
+                                }
+                            }
+#ifdef STRATA_GPU
+                            if (forms == 2) gpu_backend_set_tensor_cores(e->be, -1);
+#endif
                             if (product) {
                                 if (fresh_end(e, &f, bo) && made) {
                                     test_n_pass++;
@@ -1126,11 +1254,13 @@ static void test_kv_store_attention(const struct be_entry *e) {
                         rows_free(e->be, &rc);
                         free(kc), free(vc), free(q), free(k), free(v), free(want), free(got), free(gotc);
                         free(wantc), free(raw), free(hkc), free(hvc), free(ukc), free(uvc);
+                        free(kcf), free(vcf), free(abound);
                     }
     }
     kv_use(e, kv_default);
-    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window, several sequences; %s caches)\n",
-           test_n_fail == before ? "ok  " : "FAIL", e->be->name, types);
+    printf("  %s %s kv_store, attention (scale, soft-cap, sliding window, several sequences; %s caches%s)\n",
+           test_n_fail == before ? "ok  " : "FAIL", e->be->name, types,
+           e->gpu ? "; prompt runs in float and on tensor-core tiles" : "");
 }
 
 // Per-element bounds for act(g)·u against the double reference, and the NMSE

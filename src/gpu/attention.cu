@@ -20,6 +20,9 @@
 // and values are staged in shared memory, each lane scores one key against
 // its warp's four queries, and the online softmax's weights go through shared
 // memory to the lanes that accumulate the output, one value column a lane.
+// Where the device has tensor cores, prompt runs with head sizes that are
+// multiples of 16 up to 128 take attn_mma_kernel instead: the same walk over
+// key tiles with both products (Q·K^T and P·V) on half-precision tiles.
 // Checked against the reference (double, two-pass softmax) by tests/test_ops.c.
 #include <math.h>
 
@@ -180,6 +183,25 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #define ATT_TILE_PAIRS 4
 #define ATT_TILE_QUERIES 16
 
+// The rows of a run (positions p0 ..) that block (kv head, blockIdx.y) of a
+// prompt-run kernel takes, qr a block: rows r0 .. r0 + rows - 1, the last at
+// position plast; the first key any of them sees (jlo; 0 without a window);
+// and the offset of the run's first cache row at the block's kv head.
+struct attn_run_block {
+    int r0, rows, plast, jlo;
+    int64_t kv;
+};
+static __device__ __forceinline__ attn_run_block attn_run_span(int p0, int nr, int qr, int window, int base,
+                                                               int kv_dim, int hd) {
+    attn_run_block b;
+    b.r0 = (int)blockIdx.y * qr;
+    b.rows = min(qr, nr - b.r0);
+    b.plast = p0 + b.r0 + b.rows - 1;
+    b.jlo = window > 0 ? max(0, p0 + b.r0 - window + 1) : 0;
+    b.kv = (int64_t)base * kv_dim + (int64_t)blockIdx.x * hd;
+    return b;
+}
+
 // Rows base + 0 .. of the caches (rows, kv_dim) are the run's sequence; row i
 // of the run (q and out rows i: (n_head, hd)) is at position p0 + i. Block
 // (kvh, b) takes rows b·qr .. of the run and the group's heads kvh·group ..
@@ -196,14 +218,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ __align__(16) float ks[KT][KLD];
     __shared__ __align__(16) float vs[KT][MAXD];
     __shared__ float ps[NW][P][KT]; // softmax weights of the tile's keys
-    const int kvh = blockIdx.x, r0 = blockIdx.y * qr;
     const int warp = threadIdx.x / W, lane = threadIdx.x % W;
-    const int rows = min(qr, nr - r0), pairs = rows * group;
-    const int plast = p0 + r0 + rows - 1;                          // the last row's position
-    const int jlo = window > 0 ? max(0, p0 + r0 - window + 1) : 0; // the first row's first key
+    const attn_run_block rb = attn_run_span(p0, nr, qr, window, base, kv_dim, hd);
+    const int kvh = blockIdx.x, r0 = rb.r0, rows = rb.rows, pairs = rows * group, plast = rb.plast,
+              jlo = rb.jlo;
     const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
-    kc += (int64_t)base * kv_dim + (int64_t)kvh * hd;
-    vc += (int64_t)base * kv_dim + (int64_t)kvh * hd;
+    kc += rb.kv, vc += rb.kv;
     // Every loop bound below is the block's, so that every barrier and warp
     // reduction is in block-uniform control flow (PoCL builds sub-group
     // operations on work-group barriers).
@@ -288,6 +308,192 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 if (ok[k] && d < hd) out[off[k] + d] = o[k][i2] / l[k];
             }
         __syncthreads(); // the queries read before the next pass stores its own
+    }
+}
+
+// A prompt run on tensor cores (st_mma_f16_k16), for head sizes that are
+// multiples of 16 up to D; arguments and layouts as attn_tile_kernel's. Each
+// unit of 32 lanes takes 16 (row, head) pairs of the block's kv head, four
+// units a block. The queries, times the score scale, are rounded to halves
+// once, each pair's scaled by the power of two that brings its largest
+// magnitude into [2^14, 2^15) (as gpu_quantize_f16 does a row), and kept in
+// registers as A fragments; tiles of ATT_MMA_KT keys and values are staged in
+// shared memory as halves (a float cache's rounded to nearest), rows padded so
+// that ldmatrix reads every bank once. The scores S = Q·K^T come out of the
+// tiles in float and are unscaled, soft-capped and masked there; the online
+// softmax's weights P are rounded to halves and go straight from the scores'
+// registers into the A fragments of O += P·V (the values read through the
+// transposed ldmatrix), and the running sum adds the rounded weights, so that
+// each output is the weighted mean of its values with exactly the weights the
+// tiles multiplied. The error bound: tests/test_ops.c (attn_mma_bounds).
+#define ATT_MMA_KT 64    // keys a tile
+#define ATT_MMA_LANES 32 // lanes of one tile product (a 64-lane wave holds two units)
+#define ATT_MMA_PAIRS (ATT_THREADS / ATT_MMA_LANES * 16) // (row, head) pairs a block
+
+template <int D, typename KV>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_mma_kernel(const float *q, const KV *kc, const KV *vc, float *out, int base, int p0, int nr,
+                    int n_head, int group, int hd, int kv_dim, int qr, float scale, float softcap,
+                    int window) {
+    st_wait_prior(); // as mmq_kernel: the kernel after starts when this one ends
+    constexpr int KT = ATT_MMA_KT, LDW = (D + 8) / 2; // words a staged row (8 halves more: no bank conflicts)
+    constexpr int NU = KT * D / 8 / ATT_THREADS;      // 16-byte units a thread stages of K, and of V
+    constexpr int KK = D / 16, NT = KT / 8, DT = D / 8; // 16-dim steps; 8-key and 8-dim tiles
+    static_assert(NU * ATT_THREADS * 8 == KT * D && DT % 2 == 0, "whole units a thread, dim tiles in pairs");
+    __shared__ __align__(16) uint32_t ks[KT * LDW]; // key rows (KT, D) as halves
+    __shared__ __align__(16) uint32_t vs[KT * LDW]; // value rows likewise
+    const int tid = threadIdx.x, unit = tid / ATT_MMA_LANES, lane = tid % ATT_MMA_LANES;
+    const int lg = lane / 4, lt = lane % 4; // fragment row (pairs lg, lg + 8) and column pair
+    const attn_run_block rb = attn_run_span(p0, nr, qr, window, base, kv_dim, hd);
+    const int kvh = blockIdx.x, r0 = rb.r0, rows = rb.rows, pairs = rows * group, plast = rb.plast,
+              jlo = rb.jlo;
+    const float inv_cap = softcap > 0 ? 1.0f / softcap : 0.0f;
+    kc += rb.kv, vc += rb.kv;
+    // Every loop bound below is the block's (block-uniform control flow for
+    // every barrier and shuffle, as in attn_tile_kernel).
+    const int passes = (qr * group + ATT_MMA_PAIRS - 1) / ATT_MMA_PAIRS;
+    for (int pass = 0; pass < passes; pass++) {
+        bool ok[2];
+        int pk[2], lk[2]; // each pair's position and first key
+        int64_t off[2];   // its row of q and out
+        float unsc[2];    // 2^e: the scores' scale back
+        uint32_t qa[KK][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) { // pairs lg (h = 0) and lg + 8
+            const int pi = pass * ATT_MMA_PAIRS + unit * 16 + lg + 8 * h, i = pi / group;
+            ok[h] = pi < pairs;
+            pk[h] = p0 + r0 + i;
+            lk[h] = window > 0 ? pk[h] - window + 1 : 0;
+            off[h] = ((int64_t)(r0 + i) * n_head + (int64_t)kvh * group + pi % group) * hd;
+            // dims 16kk + 2lt, +1 and 16kk + 8 + 2lt, +1: the pair's A fragment columns
+            float x[KK][4];
+            float amax = 0.0f;
+            bool bad = false;
+#pragma unroll
+            for (int kk = 0; kk < KK; kk++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int d = 16 * kk + 8 * c + 2 * lt;
+                    float2 v = make_float2(0.0f, 0.0f);
+                    if (ok[h] && d < hd) v = *(const float2 *)(q + off[h] + d);
+                    x[kk][2 * c] = v.x * scale, x[kk][2 * c + 1] = v.y * scale;
+                    amax = fmaxf(amax, fmaxf(fabsf(x[kk][2 * c]), fabsf(x[kk][2 * c + 1])));
+                    bad |= x[kk][2 * c] != x[kk][2 * c] || x[kk][2 * c + 1] != x[kk][2 * c + 1];
+                }
+            // the pair's four lanes hold all its dims
+            amax = fmaxf(amax, st_shfl_xor(amax, 1, ATT_MMA_LANES));
+            amax = fmaxf(amax, st_shfl_xor(amax, 2, ATT_MMA_LANES));
+            bad |= st_shfl_xor((int)bad, 1, ATT_MMA_LANES) != 0;
+            bad |= st_shfl_xor((int)bad, 2, ATT_MMA_LANES) != 0;
+            const int e = gpu_half_exponent(bad ? INFINITY : amax);
+            const float inv = __uint_as_float((uint32_t)(127 - e) << 23);
+            unsc[h] = __uint_as_float((uint32_t)(127 + e) << 23);
+#pragma unroll
+            for (int kk = 0; kk < KK; kk++) {
+                qa[kk][h] = st_f2h2(x[kk][0] * inv, x[kk][1] * inv);
+                qa[kk][2 + h] = st_f2h2(x[kk][2] * inv, x[kk][3] * inv);
+            }
+        }
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        float o[DT][4]; // O: dim tile dt, fragment element (pairs lg, lg + 8; dims 8dt + 2lt, +1)
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+        for (int j0 = jlo; j0 <= plast; j0 += KT) {
+            __syncthreads(); // the last tile consumed
+#pragma unroll
+            for (int u = 0; u < NU; u++) {
+                const int idx = tid + u * ATT_THREADS, jj = idx / (D / 8), d = 8 * (idx % (D / 8)),
+                          j = j0 + jj;
+                uint4 kv = make_uint4(0, 0, 0, 0), vv = kv; // keys past the run's last and dims past hd: 0
+                if (j <= plast && d < hd) {
+                    kv = kv_ld8h(kc + (int64_t)j * kv_dim + d);
+                    vv = kv_ld8h(vc + (int64_t)j * kv_dim + d);
+                }
+                *(uint4 *)&ks[jj * LDW + d / 2] = kv;
+                *(uint4 *)&vs[jj * LDW + d / 2] = vv;
+            }
+            __syncthreads();
+            float sc[NT][4] = {}; // S: key tile nt, fragment element (pairs lg, lg + 8; keys 8nt + 2lt, +1)
+#pragma unroll
+            for (int kk = 0; kk < KK; kk++)
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    // keys 8 (2np + lane / 16) + lane % 8, dims 16kk + 8 (lane / 8 % 2) ..
+                    uint32_t bf[4];
+                    st_ldsm_x4(bf, ks,
+                               (16 * np + 8 * (lane / 16) + lane % 8) * LDW + 8 * kk + 4 * (lane / 8 % 2));
+                    const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+                    st_mma_f16_k16(sc[2 * np], qa[kk], b0);
+                    st_mma_f16_k16(sc[2 * np + 1], qa[kk], b1);
+                }
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const int j = j0 + 8 * nt + 2 * lt + c;
+                        float s = sc[nt][2 * h + c] * unsc[h];
+                        if (softcap > 0) s = softcap * tanhf(s * inv_cap);
+                        s = ok[h] && j <= pk[h] && j >= lk[h] ? s : -INFINITY;
+                        sc[nt][2 * h + c] = s;
+                        mx = fmaxf(mx, s);
+                    }
+                mx = fmaxf(mx, st_shfl_xor(mx, 1, ATT_MMA_LANES));
+                mx = fmaxf(mx, st_shfl_xor(mx, 2, ATT_MMA_LANES));
+                const float mn = fmaxf(m[h], mx);
+                const float ms = mn == -INFINITY ? 0.0f : mn; // no key yet: nothing to rescale
+                corr[h] = expf(m[h] - ms);
+                m[h] = mn;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) sc[nt][2 * h + c] = expf(sc[nt][2 * h + c] - ms);
+            }
+            // the weights as halves, in the A fragments of P · V (keys 16s ..)
+            uint32_t pa[KT / 16][4];
+            float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int s2 = 0; s2 < KT / 16; s2++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) { // a[i]: pair lg + 8 (i % 2), key tile 2s2 + i / 2
+                    const float *f = &sc[2 * s2 + i / 2][2 * (i % 2)];
+                    pa[s2][i] = st_f2h2(f[0], f[1]);
+                    ps[i % 2] += st_h2f(pa[s2][i] & 0xffffu) + st_h2f(pa[s2][i] >> 16);
+                }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                ps[h] += st_shfl_xor(ps[h], 1, ATT_MMA_LANES);
+                ps[h] += st_shfl_xor(ps[h], 2, ATT_MMA_LANES);
+                l[h] = l[h] * corr[h] + ps[h];
+            }
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) o[dt][i] *= corr[i / 2];
+#pragma unroll
+            for (int s2 = 0; s2 < KT / 16; s2++)
+#pragma unroll
+                for (int dp = 0; dp < DT / 2; dp++) {
+                    // keys 16s2 + 8 (lane / 8 % 2) + lane % 8, dims 8 (2dp + lane / 16) ..
+                    uint32_t bf[4];
+                    st_ldsm_x4_trans(
+                        bf, vs, (16 * s2 + 8 * (lane / 8 % 2) + lane % 8) * LDW + 8 * dp + 4 * (lane / 16));
+                    const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+                    st_mma_f16_k16(o[2 * dp], pa[s2], b0);
+                    st_mma_f16_k16(o[2 * dp + 1], pa[s2], b1);
+                }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                const int d = 8 * dt + 2 * lt;
+                if (ok[h] && d < hd)
+                    *(float2 *)(out + off[h] + d) = make_float2(o[dt][2 * h] / l[h], o[dt][2 * h + 1] / l[h]);
+            }
     }
 }
 
@@ -396,12 +602,48 @@ static void attn_tile_dispatch(const float *q, const KV *k, const KV *v, float *
         attn_tile_launch<256, 8>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
 }
 
+template <int D, typename KV>
+static void attn_mma_launch(const float *q, const KV *k, const KV *v, float *out, int base, int p0, int nr,
+                            int n_head, int n_head_kv, int hd, const struct attn_params &ap, gpuStream_t s) {
+    const int group = n_head / n_head_kv;
+    const int qr = group >= ATT_MMA_PAIRS ? 1 : ATT_MMA_PAIRS / group; // rows a block
+    const dim3 grid((unsigned)n_head_kv, (unsigned)gpu_cdiv(nr, qr));
+    ST_LAUNCH((attn_mma_kernel<D, KV>), grid, ATT_THREADS, 0, s, q, k, v, out, base, p0, nr, n_head, group,
+              hd, n_head_kv * hd, qr, ap.scale, ap.softcap, ap.window);
+    GPU_CHECK_LAUNCH();
+}
+
+bool gpu_attention_run_mma(int head_dim) {
+    return head_dim % 16 == 0 && head_dim <= GPU_ATTN_MMA_MAX_HEAD_DIM;
+}
+
+template <typename KV>
+static void attn_mma_dispatch(const float *q, const KV *k, const KV *v, float *out, int base, int p0, int nr,
+                              int n_head, int n_head_kv, int hd, const struct attn_params &ap,
+                              gpuStream_t s) {
+    if (hd <= 32)
+        attn_mma_launch<32>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+    else if (hd <= 64)
+        attn_mma_launch<64>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+    else
+        attn_mma_launch<128>(q, k, v, out, base, p0, nr, n_head, n_head_kv, hd, ap, s);
+}
+
 int gpu_attention_run(const float *q, const void *k, const void *v, bool f16, float *out, int base, int p0,
-                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap,
+                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, bool mma,
                       gpuStream_t s) {
     if (head_dim < 4 || head_dim > GPU_ATTN_MAX_HEAD_DIM || head_dim % 4 || n_head_kv < 1 ||
         n_head % n_head_kv != 0 || nr < 1 || base < 0 || p0 < 0)
         return -1;
+    if (mma && gpu_attention_run_mma(head_dim)) {
+        if (f16)
+            attn_mma_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, base, p0, nr, n_head,
+                              n_head_kv, head_dim, ap, s);
+        else
+            attn_mma_dispatch(q, (const float *)k, (const float *)v, out, base, p0, nr, n_head, n_head_kv,
+                              head_dim, ap, s);
+        return 0;
+    }
     if (f16)
         attn_tile_dispatch(q, (const uint16_t *)k, (const uint16_t *)v, out, base, p0, nr, n_head, n_head_kv,
                            head_dim, ap, s);

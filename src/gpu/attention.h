@@ -46,10 +46,21 @@ int gpu_attention(const float *q, const void *k, const void *v, bool f16, float 
 // p0 + i and sees cache rows base + 0 .. p0 + i of k/v (rows, n_head_kv,
 // head_dim; only the last ap.window with a window), the same as gpu_attention
 // gives for those rows, with each key and value row read once for many
-// queries. Returns 0 once enqueued, -1 for a head_dim over the limit or not a
-// multiple of 4, or heads that do not group.
+// queries. With mma, where gpu_attention_run_mma says so, on tensor-core
+// tiles (st_mma_f16_k16): the queries (each (row, head)'s scaled by a power of
+// two), the softmax weights and a float cache's keys and values rounded to
+// halves (so that values past the half range, 65504, become infinite, as in a
+// half cache), scores and sums in float; otherwise in float throughout. Returns 0 once enqueued, -1 for a head_dim
+// over the limit or not a multiple of 4, or heads that do not group.
 int gpu_attention_run(const float *q, const void *k, const void *v, bool f16, float *out, int base, int p0,
-                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap,
+                      int nr, int n_head, int n_head_kv, int head_dim, const struct attn_params &ap, bool mma,
                       gpuStream_t s);
+
+// The largest head_dim of the tensor-core form of gpu_attention_run.
+#define GPU_ATTN_MMA_MAX_HEAD_DIM 128
+
+// Whether gpu_attention_run with mma takes the tensor-core form: a head_dim
+// that is a multiple of 16, at most GPU_ATTN_MMA_MAX_HEAD_DIM.
+bool gpu_attention_run_mma(int head_dim);
 
 #endif

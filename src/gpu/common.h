@@ -146,6 +146,13 @@ static __device__ __forceinline__ float4 kv_ld4(const uint16_t *p) {
     return make_float4(gpu_h2f(u.x & 0xffffu), gpu_h2f(u.x >> 16), gpu_h2f(u.y & 0xffffu),
                        gpu_h2f(u.y >> 16));
 }
+// eight elements from p, 8-element aligned, as four pairs of halves (floats
+// rounded to nearest-even: beyond the half range they become infinite)
+static __device__ __forceinline__ uint4 kv_ld8h(const uint16_t *p) { return *(const uint4 *)p; }
+static __device__ __forceinline__ uint4 kv_ld8h(const float *p) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    return make_uint4(st_f2h2(a.x, a.y), st_f2h2(a.z, a.w), st_f2h2(b.x, b.y), st_f2h2(b.z, b.w));
+}
 static __device__ __forceinline__ void kv_st(float *p, float x) { *p = x; }
 static __device__ __forceinline__ void kv_st(uint16_t *p, float x) { *p = (uint16_t)gpu_f2h(x); }
 

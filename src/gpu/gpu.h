@@ -110,6 +110,13 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group);
 // message for another value.
 int gpu_backend_set_tensor_cores(struct backend *be, int mode);
 
+// Whether the attention of a run of run_rows rows of one sequence (a prompt
+// chunk) with this head_dim takes the tensor-core form now (attention.h's
+// gpu_attention_run with mma: queries, softmax weights and a float cache's
+// keys and values rounded to halves): under the mode above, with head_dim a
+// multiple of 16 and at most 128, and runs long enough for the tiles.
+bool gpu_backend_attention_mma(struct backend *be, int run_rows, int head_dim);
+
 // Rows and tokens a block of the tensor-core tiles takes: each 128, 64, or 0
 // the backend's choice (the default: the largest tile, 128 × 128 first, that
 // leaves no multiprocessor without a block); types whose steps are 128

@@ -77,7 +77,7 @@ struct gpu_be {
     int rpw;              // rows per 32 threads of a several-token matrix × vector; 0: per matrix
     int tpg;              // tokens per group of a several-token matrix × vector; 0: per matrix
     bool has_mma;         // the device multiplies half-precision tiles on tensor cores
-    bool mma;             // prompt batches' products take the tensor-core form
+    bool mma;             // prompt batches' products and attention take the tensor-core form
     int tile_bm, tile_bn; // rows and tokens a block of the tensor-core tiles takes; 0: per product
     bool has_dp4a;        // the device computes dp4a in one instruction
     bool swar;            // one-token products take the SWAR dot product (mmvq.h)
@@ -715,7 +715,8 @@ static int attention_rows(struct gpu_be *g, const float *q, const void *k_cache,
 }
 
 // Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
-// kernel, the rows between them (decode tokens) the row kernel, in one launch
+// kernel (its tensor-core form with g->mma, for the head sizes it takes), the
+// rows between them (decode tokens) the row kernel, in one launch
 // for each stretch: a decode batch is one launch. When the row kernel takes
 // the whole batch, it also writes out's 8-bit form for the output product.
 static void gb_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
@@ -739,7 +740,7 @@ static void gb_attention(struct backend *be, const float *q, const void *k_cache
         if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) {
             rc = gpu_attention_run(q + t * row, k_cache, v_cache, be->kv_type == GGML_TYPE_F16, out + t * row,
                                    r->host_base[t], r->host_pos[t], len, n_head, n_head_kv, head_dim, *ap,
-                                   g->stream);
+                                   g->mma, g->stream);
             t += len;
             continue;
         }
@@ -1074,6 +1075,11 @@ int gpu_backend_set_tensor_cores(struct backend *be, int mode) {
     graphs_clear(g);
     g->mma = mode == -1 ? mma_default(g) : mode == 1;
     return 0;
+}
+
+bool gpu_backend_attention_mma(struct backend *be, int run_rows, int head_dim) {
+    return gb(be)->mma && run_rows >= GPU_ATTN_TILE_MIN_ROWS && head_dim % 4 == 0 &&
+           gpu_attention_run_mma(head_dim);
 }
 
 int gpu_backend_set_matvec_swar(struct backend *be, int mode) {

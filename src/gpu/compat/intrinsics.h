@@ -20,6 +20,7 @@
 //   st_mma_f16_k16 mma.sync m16n8k16    shuffles + float fma            shuffles + float fma
 //                  .f16, f32 sums (sm_80+ only on CUDA; below, and in the portable build, the twin)
 //   st_ldsm_x4     ldmatrix .x4 (sm_80+) shuffles + loads                 shuffles + loads
+//   (_trans)       (.trans)
 //   st_f2h2        cvt.rn.f16x2.f32     two st_f2h                      two st_f2h
 //   st_h2_add/fma  add/fma.rn.f16x2     float, rounded to half          float, rounded to half
 //   st_wait_prior  griddepcontrol.wait  nothing                         nothing
@@ -327,6 +328,28 @@ static __device__ __forceinline__ void st_ldsm_x4(uint32_t (&r)[4], const uint32
     const int lane = (int)(threadIdx.x % 32);
 #pragma unroll
     for (int i = 0; i < 4; i++) r[i] = base[st_shfl(off, 8 * i + lane / 4, 32) + lane % 4];
+#endif
+}
+
+// The same four 8 x 8 matrices transposed (PTX ldmatrix .x4 .trans): lane l
+// gives the offset of row l % 8 of matrix l / 8 as above, and r[i] receives
+// column lane / 4 of matrix i, rows 2 (lane % 4) and the one after (the lower
+// row in the low 16 bits): the B fragment of st_mma_f16_k16 from a matrix
+// stored k-major (a tile of value rows, say).
+static __device__ __forceinline__ void st_ldsm_x4_trans(uint32_t (&r)[4], const uint32_t *base, int off) {
+#if defined(__CUDA_ARCH__) && ST_HAS_MMA
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(base + off);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+    const int lane = (int)(threadIdx.x % 32), col = lane / 4, sh = 16 * (col % 2);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t w0 = base[st_shfl(off, 8 * i + 2 * (lane % 4), 32) + col / 2];
+        const uint32_t w1 = base[st_shfl(off, 8 * i + 2 * (lane % 4) + 1, 32) + col / 2];
+        r[i] = ((w0 >> sh) & 0xffffu) | ((w1 >> sh) << 16);
+    }
 #endif
 }
 
