@@ -8,6 +8,8 @@ feature and raw HTTP otherwise:
   against the float64 NumPy reference forward pass;
 - response_format json_object / json_schema (and the client's pydantic
   parse()) and the `grammar` field, the answers validated here;
+- completions' echo (the prompt's text, or its ids' text, before each
+  choice's completion, streamed first);
 - n > 1 (choice i is the request with seed + i), presence/frequency penalties
   (every greedy choice re-derived from the raw logprobs), logit_bias;
 - tools: forced calls (required, named) parsed into tool_calls, streamed,
@@ -253,6 +255,35 @@ def t_n_choices(srv, mid, model_path):
     check(finishes == [c.finish_reason for c in r.choices], f"finishes {finishes}")
 
 
+def t_echo(srv, mid, model_path):
+    cl = client(srv)
+    prompt = "Once upon a time, in a café,"
+    plain = cl.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0)
+    r = cl.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0, echo=True)
+    check(r.choices[0].text == prompt + plain.choices[0].text, f"echoed text {r.choices[0].text!r}")
+    check((r.usage.prompt_tokens, r.usage.completion_tokens) == (plain.usage.prompt_tokens,
+                                                                  plain.usage.completion_tokens),
+          f"usage {r.usage} against {plain.usage}")
+    # streamed: the prompt in the first chunk, then the same completion
+    chunks = [c.choices[0].text for c in cl.completions.create(model=mid, prompt=prompt, max_tokens=8,
+                                                              temperature=0, echo=True, stream=True)
+              if c.choices]
+    check(chunks and chunks[0] == prompt and "".join(chunks) == r.choices[0].text, f"streamed {chunks}")
+    # token ids: their text, special tokens included; every one of n choices
+    _, _, b = http_call(srv.port, "POST", "/tokenize", {"content": "<|im_start|>user"}, ts.auth())
+    ids = json.loads(b)["tokens"]
+    _, _, b = http_call(srv.port, "POST", "/detokenize", {"tokens": ids}, ts.auth())
+    text = json.loads(b)["content"]
+    check("<|im_start|>" in text, f"the ids' text {text!r}")
+    n = cl.completions.create(model=mid, prompt=ids, max_tokens=4, temperature=1.0, seed=3, n=2, echo=True)
+    for i, c in enumerate(n.choices):
+        one = cl.completions.create(model=mid, prompt=ids, max_tokens=4, temperature=1.0, seed=3 + i)
+        check(c.text == text + one.choices[0].text, f"choice {i}: {c.text!r}")
+    # echo false is the plain answer
+    f = cl.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0, echo=False)
+    check(f.choices[0].text == plain.choices[0].text, "echo false changed the text")
+
+
 def t_penalties(srv, mid, model_path):
     """Greedy with penalties: every chosen token must be the best of the raw top-20
     after subtracting presence + frequency x count (tokens generated so far)."""
@@ -449,6 +480,8 @@ BAD = [
     ("top_logprobs without logprobs", "/v1/chat/completions", {"messages": MSGS, "top_logprobs": 2}, "top_logprobs", "invalid_value"),
     ("top_logprobs too many", "/v1/chat/completions", {"messages": MSGS, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "invalid_value"),
     ("completions logprobs too many", "/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs", "invalid_value"),
+    ("echo with logprobs", "/v1/completions", {"prompt": "x", "echo": True, "logprobs": 2}, "echo", "unsupported_parameter"),
+    ("echo not a boolean", "/v1/completions", {"prompt": "x", "echo": "yes"}, "echo", "invalid_type"),
     ("response_format type", "/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "yaml"}}, "response_format.type", "invalid_value"),
     ("json_schema without schema", "/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema", "missing_required_parameter"),
     ("json_schema pattern", "/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}}, "response_format.json_schema.schema", "invalid_value"),
@@ -711,6 +744,7 @@ def main():
     srv = Server(args.bin, args.model, "--api-key", KEY)
     try:
         for name, fn in [("logprobs", t_logprobs), ("json_modes", t_json_modes), ("n_choices", t_n_choices),
+                         ("echo", t_echo),
                          ("penalties", t_penalties), ("logit_bias", t_logit_bias), ("embeddings", t_embeddings),
                          ("routes_and_props", t_routes_and_props), ("bad_requests", t_bad_requests)]:
             if want(name):

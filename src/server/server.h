@@ -107,7 +107,9 @@ struct srv_request {
     float frequency_penalty; // -2 … 2, times each token's count so far
     struct srv_bias *bias;   // (n_bias) owned: logit_bias
     int n_bias;
-    struct grammar *grammar;     // owned, or NULL: response_format, grammar or forced tools
+    struct grammar *grammar; // owned, or NULL: response_format, grammar or forced tools
+    char *echo;              // completions' echo: the prompt as text (owned, echo_len bytes), or NULL
+    size_t echo_len;
     enum chat_tool_syntax tools; // CHAT_TOOLS_NONE: no tool calls are parsed
     // SRV_EMBEDDING: each input's token ids (owned)
     int32_t **inputs; // [n_inputs] each (n_input_tokens[i])

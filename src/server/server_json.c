@@ -212,15 +212,19 @@ static void add_tool_calls(cJSON *choice, const struct srv_choice *ch, bool chun
 char *srv_json_result(const struct server *s, const struct srv_job *j) {
     cJSON *root = response_head(s, j, false);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    struct sbuf text = {0};
     for (int i = 0; i < j->req.n_choices; i++) {
         const struct srv_choice *ch = &j->choices[i];
         if (!ch->done) continue; // a timeout before this choice began
-        cJSON *c = choice_object(j, i, false, ch->text.p ? ch->text.p : "", ch->text.len, true,
-                                 finish_name(ch->finish));
+        text.len = 0;            // with echo the prompt, then the completion
+        if (j->req.echo) sbuf_append(&text, j->req.echo, j->req.echo_len);
+        sbuf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
+        cJSON *c = choice_object(j, i, false, text.p ? text.p : "", text.len, true, finish_name(ch->finish));
         if (j->req.logprobs >= 0) set_logprobs(c, logprobs_object(s, j, ch->lp, 0, ch->n_lp));
         if (ch->tool_calls) add_tool_calls(c, ch, false);
         cJSON_AddItemToArray(choices, c);
     }
+    sbuf_free(&text);
     cJSON_AddItemToObject(root, "usage", usage_object(j));
     cJSON_AddItemToObject(root, "timings", timings_object(j));
     return print_free(root);
@@ -268,9 +272,13 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
             taken += ch->n_gen;
             continue;
         }
-        if (!ch->opened) {
+        if (!ch->opened) { // a chat choice opens with its role, an echoing completion with its prompt
             ch->opened = true;
             if (chat) sse_event(out, chunk_with_choice(s, j, choice_object(j, i, true, "", 0, true, NULL)));
+            if (j->req.echo)
+                sse_event(out,
+                          chunk_with_choice(
+                              s, j, choice_object(j, i, true, j->req.echo, j->req.echo_len, false, NULL)));
         }
         // with tools the text is held until the answer is parsed
         const bool hold = j->req.tools != CHAT_TOOLS_NONE && !ch->done;

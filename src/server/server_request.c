@@ -26,6 +26,7 @@ void srv_request_free(struct srv_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->bias);
     grammar_free(r->grammar);
+    free(r->echo);
     for (int i = 0; i < r->n_inputs; i++) free(r->inputs[i]);
     free(r->inputs);
     free(r->n_input_tokens);
@@ -473,7 +474,19 @@ static int prompt_ids(struct server *s, const cJSON *arr, const char *param, str
     return 0;
 }
 
-static int parse_prompt(struct server *s, const cJSON *root, struct srv_request *r, struct srv_error *e) {
+// A prompt of token ids into r, and with echo its text (the ids decoded, special
+// tokens as their text).
+static int prompt_ids_echo(struct server *s, const cJSON *arr, const char *param, bool echo,
+                           struct srv_request *r, struct srv_error *e) {
+    if (prompt_ids(s, arr, param, r, e)) return -1;
+    if (echo && tokenizer_decode(s->sess.model->tok, r->prompt, r->n_prompt, true, &r->echo, &r->echo_len))
+        return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
+    return 0;
+}
+
+// The prompt into r; with echo also its text, as sent (a string) or decoded (ids).
+static int parse_prompt(struct server *s, const cJSON *root, bool echo, struct srv_request *r,
+                        struct srv_error *e) {
     const cJSON *p = member(root, "prompt");
     if (!p) return srv_error_set(e, 400, BAD, "missing_required_parameter", "prompt", "'prompt' is required");
     const char *want = "a string, an array of token ids, or an array holding one of those";
@@ -482,10 +495,10 @@ static int parse_prompt(struct server *s, const cJSON *root, struct srv_request 
         if (first && (cJSON_IsString(first) || cJSON_IsArray(first))) {
             if (cJSON_GetArraySize(p) > 1)
                 return unsupported(e, "prompt", "one prompt per request: batches are not supported");
-            if (cJSON_IsArray(first)) return prompt_ids(s, first, "prompt[0]", r, e);
+            if (cJSON_IsArray(first)) return prompt_ids_echo(s, first, "prompt[0]", echo, r, e);
             p = first;
         } else {
-            return prompt_ids(s, p, "prompt", r, e);
+            return prompt_ids_echo(s, p, "prompt", echo, r, e);
         }
     }
     if (!cJSON_IsString(p)) return bad_type(e, "prompt", want, p);
@@ -493,6 +506,11 @@ static int parse_prompt(struct server *s, const cJSON *root, struct srv_request 
     if (r->n_prompt < 0) {
         r->n_prompt = 0;
         return srv_error_set(e, 400, BAD, "invalid_value", "prompt", "%s", st_last_error());
+    }
+    if (echo) {
+        r->echo_len = strlen(p->valuestring);
+        r->echo = st_xmalloc(r->echo_len + 1);
+        memcpy(r->echo, p->valuestring, r->echo_len + 1);
     }
     return 0;
 }
@@ -561,15 +579,20 @@ static int parse_output(const cJSON *root, enum srv_kind kind, struct srv_reques
     return rc;
 }
 
-// Completion-only fields that must keep their neutral values.
-static int parse_neutral(const cJSON *root, enum srv_kind kind, struct srv_error *e) {
+// Completion-only fields that must keep their neutral values, and echo (*echo;
+// not with logprobs, which would need the prompt tokens' log-probabilities).
+static int parse_neutral(const cJSON *root, enum srv_kind kind, const struct srv_request *r, bool *echo,
+                         struct srv_error *e) {
     long long n = 0;
-    bool b = false;
     int rc;
     const char *str = NULL;
+    *echo = false;
     if (kind == SRV_COMPLETION) {
-        if ((rc = get_bool(root, "echo", &b, e)) < 0) return -1;
-        if (rc && b) return unsupported(e, "echo", "echoing the prompt is not supported");
+        if ((rc = get_bool(root, "echo", echo, e)) < 0) return -1;
+        if (*echo && r->logprobs >= 0)
+            return unsupported(e, "echo",
+                               "echo with logprobs is not supported: the server does not compute the prompt "
+                               "tokens' log-probabilities; leave out one of them");
         if ((rc = get_string(root, "suffix", &str, e)) < 0) return -1;
         if (rc && *str) return unsupported(e, "suffix", "not supported");
         if ((rc = get_int(root, "best_of", 1, 20, &n, e)) < 0) return -1;
@@ -585,9 +608,11 @@ int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, si
     cJSON *root = parse_body(s, body, len, e);
     if (!root) return -1;
     int rc = -1;
-    if (parse_common(s, root, r, e) || parse_neutral(root, kind, e) || parse_output(root, kind, r, e))
+    bool echo = false;
+    if (parse_common(s, root, r, e) || parse_output(root, kind, r, e) ||
+        parse_neutral(root, kind, r, &echo, e))
         goto out;
-    if (kind == SRV_CHAT ? parse_messages(s, root, r, e) : parse_prompt(s, root, r, e)) goto out;
+    if (kind == SRV_CHAT ? parse_messages(s, root, r, e) : parse_prompt(s, root, echo, r, e)) goto out;
     const char *what = kind == SRV_CHAT ? "messages" : "prompt";
     if (r->n_prompt == 0) {
         srv_error_set(e, 400, BAD, "invalid_value", what, "the prompt is empty after tokenization");
