@@ -9,7 +9,8 @@ feature and raw HTTP otherwise:
 - response_format json_object / json_schema (and the client's pydantic
   parse()) and the `grammar` field, the answers validated here;
 - completions' echo (the prompt's text, or its ids' text, before each
-  choice's completion, streamed first);
+  choice's completion, streamed first), and several prompts in one request
+  (each prompt's choices its own answers);
 - n > 1 (choice i is the request with seed + i), presence/frequency penalties
   (every greedy choice re-derived from the raw logprobs), logit_bias;
 - tools: forced calls (required, named) parsed into tool_calls, streamed,
@@ -282,6 +283,35 @@ def t_echo(srv, mid, model_path):
     # echo false is the plain answer
     f = cl.completions.create(model=mid, prompt=prompt, max_tokens=8, temperature=0, echo=False)
     check(f.choices[0].text == plain.choices[0].text, "echo false changed the text")
+
+
+def t_several_prompts(srv, mid, model_path):
+    cl = client(srv)
+    prompts = ["Once upon a time", "The capital of France is", "1, 2, 3,"]
+    singles = [cl.completions.create(model=mid, prompt=p, max_tokens=6, temperature=0) for p in prompts]
+    r = cl.completions.create(model=mid, prompt=prompts, max_tokens=6, temperature=0)
+    check([c.index for c in r.choices] == [0, 1, 2], f"indices {[c.index for c in r.choices]}")
+    check([c.text for c in r.choices] == [x.choices[0].text for x in singles], "not each prompt's own answer")
+    check(r.usage.prompt_tokens == sum(x.usage.prompt_tokens for x in singles), f"prompt tokens {r.usage}")
+    check(r.usage.completion_tokens == sum(x.usage.completion_tokens for x in singles), f"completion {r.usage}")
+    # n per prompt: choice i is prompt i // n with seed + i % n
+    rn = cl.completions.create(model=mid, prompt=prompts[:2], max_tokens=5, temperature=1.0, seed=11, n=2,
+                               echo=True)
+    check(len(rn.choices) == 4, f"{len(rn.choices)} choices")
+    for c in rn.choices:
+        p = prompts[c.index // 2]
+        one = cl.completions.create(model=mid, prompt=p, max_tokens=5, temperature=1.0, seed=11 + c.index % 2)
+        check(c.text == p + one.choices[0].text, f"choice {c.index}: {c.text!r}")
+    # streamed, and as arrays of token ids
+    texts = ["", "", ""]
+    for ch in cl.completions.create(model=mid, prompt=prompts, max_tokens=6, temperature=0, stream=True):
+        for c in ch.choices:
+            texts[c.index] += c.text
+    check(texts == [c.text for c in r.choices], f"streamed {texts}")
+    ids = [json.loads(http_call(srv.port, "POST", "/tokenize", {"content": p}, ts.auth())[2])["tokens"]
+           for p in prompts]
+    ri = cl.completions.create(model=mid, prompt=ids, max_tokens=6, temperature=0)
+    check([c.text for c in ri.choices] == [c.text for c in r.choices], "token-id prompts differ")
 
 
 def t_penalties(srv, mid, model_path):
@@ -744,7 +774,7 @@ def main():
     srv = Server(args.bin, args.model, "--api-key", KEY)
     try:
         for name, fn in [("logprobs", t_logprobs), ("json_modes", t_json_modes), ("n_choices", t_n_choices),
-                         ("echo", t_echo),
+                         ("echo", t_echo), ("several_prompts", t_several_prompts),
                          ("penalties", t_penalties), ("logit_bias", t_logit_bias), ("embeddings", t_embeddings),
                          ("routes_and_props", t_routes_and_props), ("bad_requests", t_bad_requests)]:
             if want(name):

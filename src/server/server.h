@@ -48,6 +48,7 @@ typedef struct cJSON cJSON;
 #define SRV_MAX_CHOICES 16   // n
 #define SRV_MAX_TOP 20       // top_logprobs
 #define SRV_MAX_INPUTS 256   // inputs of one embeddings request
+#define SRV_MAX_PROMPTS 16   // prompts of one completions request
 
 struct grammar;
 struct grammar_vocab;
@@ -94,22 +95,29 @@ struct srv_bias {
 // A validated request.
 struct srv_request {
     enum srv_kind kind;
-    int32_t *prompt; // (n_prompt) owned; 1 ≤ n_prompt < n_ctx
+    int32_t *prompt; // (n_prompt) owned; 1 ≤ n_prompt < n_ctx; the first prompt of several
     int n_prompt;
+    // Completions may send several prompts (n_sets, 1 otherwise): prompt k's ids
+    // are set_prompt[k] (set_n[k] of them, each 1 … n_ctx - 1; owned, NULL when
+    // n_sets is 1). Choice i answers prompt srv_choice_set(r, i), with the
+    // sampler's seed + srv_choice_in_set(r, i).
+    int n_sets;
+    int32_t **set_prompt;
+    int *set_n;
     struct sampler_params sp; // checked by sampler_params_check
     int max_tokens;           // ≥ 1, or -1: until the end of turn or a full context
     char *stop[SRV_MAX_STOP]; // owned, each non-empty valid UTF-8
     int n_stop;
     bool stream, include_usage;
-    int n_choices;           // n: 1 … SRV_MAX_CHOICES, each with its own sampler (seed + i)
+    int n_choices;           // n (1 … SRV_MAX_CHOICES) times n_sets, each with its own sampler
     int logprobs;            // -1: none; else alternatives per token (0 … SRV_MAX_TOP)
     float presence_penalty;  // -2 … 2, over the tokens generated so far
     float frequency_penalty; // -2 … 2, times each token's count so far
     struct srv_bias *bias;   // (n_bias) owned: logit_bias
     int n_bias;
-    struct grammar *grammar; // owned, or NULL: response_format, grammar or forced tools
-    char *echo;              // completions' echo: the prompt as text (owned, echo_len bytes), or NULL
-    size_t echo_len;
+    struct grammar *grammar;     // owned, or NULL: response_format, grammar or forced tools
+    char *echo;                  // completions' echo: the prompts' texts one after another (owned), or NULL;
+    size_t *echo_off;            // prompt k's at echo_off[k] .. echo_off[k + 1] (n_sets + 1, owned)
     enum chat_tool_syntax tools; // CHAT_TOOLS_NONE: no tool calls are parsed
     // SRV_EMBEDDING: each input's token ids (owned)
     int32_t **inputs; // [n_inputs] each (n_input_tokens[i])
@@ -119,6 +127,15 @@ struct srv_request {
 };
 
 void srv_request_free(struct srv_request *r);
+
+// The prompt choice i answers (0 … n_sets - 1), and its index among that
+// prompt's choices (the seed's offset).
+static inline int srv_choice_set(const struct srv_request *r, int i) {
+    return r->n_sets > 1 ? i / (r->n_choices / r->n_sets) : 0;
+}
+static inline int srv_choice_in_set(const struct srv_request *r, int i) {
+    return r->n_sets > 1 ? i % (r->n_choices / r->n_sets) : i;
+}
 
 enum srv_finish {
     SRV_FINISH_STOP,      // end of turn or a stop string

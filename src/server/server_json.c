@@ -216,8 +216,10 @@ char *srv_json_result(const struct server *s, const struct srv_job *j) {
     for (int i = 0; i < j->req.n_choices; i++) {
         const struct srv_choice *ch = &j->choices[i];
         if (!ch->done) continue; // a timeout before this choice began
-        text.len = 0;            // with echo the prompt, then the completion
-        if (j->req.echo) sbuf_append(&text, j->req.echo, j->req.echo_len);
+        text.len = 0;            // with echo the choice's prompt, then the completion
+        const size_t *eo = j->req.echo_off;
+        const int set = srv_choice_set(&j->req, i);
+        if (j->req.echo) sbuf_append(&text, j->req.echo + eo[set], eo[set + 1] - eo[set]);
         sbuf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
         cJSON *c = choice_object(j, i, false, text.p ? text.p : "", text.len, true, finish_name(ch->finish));
         if (j->req.logprobs >= 0) set_logprobs(c, logprobs_object(s, j, ch->lp, 0, ch->n_lp));
@@ -275,10 +277,12 @@ bool srv_sse_drain_locked(struct sbuf *out, const struct server *s, struct srv_j
         if (!ch->opened) { // a chat choice opens with its role, an echoing completion with its prompt
             ch->opened = true;
             if (chat) sse_event(out, chunk_with_choice(s, j, choice_object(j, i, true, "", 0, true, NULL)));
+            const size_t *eo = j->req.echo_off;
+            const int set = srv_choice_set(&j->req, i);
             if (j->req.echo)
-                sse_event(out,
-                          chunk_with_choice(
-                              s, j, choice_object(j, i, true, j->req.echo, j->req.echo_len, false, NULL)));
+                sse_event(out, chunk_with_choice(s, j,
+                                                 choice_object(j, i, true, j->req.echo + eo[set],
+                                                               eo[set + 1] - eo[set], false, NULL)));
         }
         // with tools the text is held until the answer is parsed
         const bool hold = j->req.tools != CHAT_TOOLS_NONE && !ch->done;

@@ -27,6 +27,10 @@ void srv_request_free(struct srv_request *r) {
     free(r->bias);
     grammar_free(r->grammar);
     free(r->echo);
+    free(r->echo_off);
+    for (int k = 0; r->set_prompt && k < r->n_sets; k++) free(r->set_prompt[k]);
+    free(r->set_prompt);
+    free(r->set_n);
     for (int i = 0; i < r->n_inputs; i++) free(r->inputs[i]);
     free(r->inputs);
     free(r->n_input_tokens);
@@ -453,11 +457,13 @@ out:
     return rc;
 }
 
-// Reads an array of token ids (each < n_vocab) into r->prompt.
-static int prompt_ids(struct server *s, const cJSON *arr, const char *param, struct srv_request *r,
+// Reads an array of token ids (each < n_vocab) into *ids (owned, also on an
+// error), *n_ids of them.
+static int prompt_ids(struct server *s, const cJSON *arr, const char *param, int32_t **ids, int *n_ids,
                       struct srv_error *e) {
     const int n = cJSON_GetArraySize(arr), n_vocab = s->sess.model->hp.n_vocab;
-    r->prompt = st_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    *ids = st_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    *n_ids = 0;
     int k = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
@@ -468,51 +474,94 @@ static int prompt_ids(struct server *s, const cJSON *arr, const char *param, str
         if (!(x >= 0 && x < n_vocab))
             return srv_error_set(e, 400, BAD, "invalid_value", p,
                                  "'%s': token id %.17g is out of range [0, %d)", p, x, n_vocab);
-        r->prompt[k++] = (int32_t)x;
+        (*ids)[k++] = (int32_t)x;
     }
-    r->n_prompt = k;
+    *n_ids = k;
     return 0;
 }
 
-// A prompt of token ids into r, and with echo its text (the ids decoded, special
-// tokens as their text).
-static int prompt_ids_echo(struct server *s, const cJSON *arr, const char *param, bool echo,
-                           struct srv_request *r, struct srv_error *e) {
-    if (prompt_ids(s, arr, param, r, e)) return -1;
-    if (echo && tokenizer_decode(s->sess.model->tok, r->prompt, r->n_prompt, true, &r->echo, &r->echo_len))
-        return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
+// One prompt or input v, a string or an array of token ids, into *ids (owned,
+// also on an error; *n_ids of them); with text, its text appended there: the
+// string as sent, or the ids decoded (special tokens as their text; a
+// character cut in two becomes U+FFFD).
+static int one_prompt(struct server *s, const cJSON *v, const char *param, const char *want, int32_t **ids,
+                      int *n_ids, struct sbuf *text, struct srv_error *e) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (cJSON_IsString(v)) {
+        *n_ids = session_text_tokens(s->sess.model, v->valuestring, ids);
+        if (*n_ids < 0) {
+            *n_ids = 0;
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
+        }
+        if (text) sbuf_append(text, v->valuestring, strlen(v->valuestring));
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return bad_type(e, param, want, v);
+    if (prompt_ids(s, v, param, ids, n_ids, e)) return -1;
+    if (text) {
+        char *dec = NULL;
+        size_t len = 0;
+        if (tokenizer_decode(s->sess.model->tok, *ids, *n_ids, true, &dec, &len))
+            return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
+        utf8_append_sanitized(text, dec, len); // ids may cut a character in two
+        free(dec);
+    }
     return 0;
 }
 
-// The prompt into r; with echo also its text, as sent (a string) or decoded (ids).
+// The prompt or prompts into r: "prompt" a string or an array of token ids, or
+// an array of up to SRV_MAX_PROMPTS of those; each must leave the context room
+// for an answer. With echo also their texts (one_prompt).
 static int parse_prompt(struct server *s, const cJSON *root, bool echo, struct srv_request *r,
                         struct srv_error *e) {
     const cJSON *p = member(root, "prompt");
     if (!p) return srv_error_set(e, 400, BAD, "missing_required_parameter", "prompt", "'prompt' is required");
-    const char *want = "a string, an array of token ids, or an array holding one of those";
-    if (cJSON_IsArray(p)) {
-        const cJSON *first = p->child;
-        if (first && (cJSON_IsString(first) || cJSON_IsArray(first))) {
-            if (cJSON_GetArraySize(p) > 1)
-                return unsupported(e, "prompt", "one prompt per request: batches are not supported");
-            if (cJSON_IsArray(first)) return prompt_ids_echo(s, first, "prompt[0]", echo, r, e);
-            p = first;
-        } else {
-            return prompt_ids_echo(s, p, "prompt", echo, r, e);
+    const char *want = "a string, an array of token ids, or an array of those (several prompts)";
+    const bool several =
+        cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
+    const int n = several ? cJSON_GetArraySize(p) : 1;
+    if (n > SRV_MAX_PROMPTS)
+        return srv_error_set(e, 400, BAD, "invalid_value", "prompt",
+                             "'prompt' holds %d prompts; one request takes at most %d", n, SRV_MAX_PROMPTS);
+    r->n_sets = n;
+    if (n > 1) {
+        r->set_prompt = st_xcalloc((size_t)n, sizeof *r->set_prompt);
+        r->set_n = st_xcalloc((size_t)n, sizeof *r->set_n);
+    }
+    struct sbuf text = {0};
+    if (echo) r->echo_off = st_xcalloc((size_t)n + 1, sizeof *r->echo_off);
+    const cJSON *it = several ? p->child : p;
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++, it = it->next) {
+        char param[32] = "prompt";
+        if (several) snprintf(param, sizeof param, "prompt[%d]", k);
+        int32_t *ids = NULL;
+        int m = 0;
+        rc = one_prompt(s, it, param, want, &ids, &m, echo ? &text : NULL, e);
+        if (!rc && m == 0)
+            rc = srv_error_set(e, 400, BAD, "invalid_value", param, "the prompt is empty after tokenization");
+        if (!rc && m >= s->n_ctx)
+            rc = srv_error_set(e, 400, BAD, "context_length_exceeded", param,
+                               "the prompt has %d tokens but the context holds %d (the server's -c), and at "
+                               "least one must be left for the answer; shorten '%s'",
+                               m, s->n_ctx, param);
+        if (echo) r->echo_off[k + 1] = text.len;
+        if (k == 0 && n > 1 && !rc) {
+            r->prompt = st_xmalloc(sizeof(int32_t) * (size_t)m);
+            memcpy(r->prompt, ids, sizeof(int32_t) * (size_t)m);
         }
+        if (k == 0) {
+            r->n_prompt = m;
+            if (n == 1) r->prompt = ids;
+        }
+        if (n > 1) r->set_prompt[k] = ids, r->set_n[k] = m;
     }
-    if (!cJSON_IsString(p)) return bad_type(e, "prompt", want, p);
-    r->n_prompt = session_text_tokens(s->sess.model, p->valuestring, &r->prompt);
-    if (r->n_prompt < 0) {
-        r->n_prompt = 0;
-        return srv_error_set(e, 400, BAD, "invalid_value", "prompt", "%s", st_last_error());
-    }
-    if (echo) {
-        r->echo_len = strlen(p->valuestring);
-        r->echo = st_xmalloc(r->echo_len + 1);
-        memcpy(r->echo, p->valuestring, r->echo_len + 1);
-    }
-    return 0;
+    if (echo)
+        r->echo = text.p ? text.p : st_xcalloc(1, 1); // empty texts too
+    else
+        sbuf_free(&text);
+    return rc;
 }
 
 // Compiles GBNF text into r->grammar; a 400 naming param when it does not compile.
@@ -612,20 +661,26 @@ int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, si
     if (parse_common(s, root, r, e) || parse_output(root, kind, r, e) ||
         parse_neutral(root, kind, r, &echo, e))
         goto out;
-    if (kind == SRV_CHAT ? parse_messages(s, root, r, e) : parse_prompt(s, root, echo, r, e)) goto out;
-    const char *what = kind == SRV_CHAT ? "messages" : "prompt";
-    if (r->n_prompt == 0) {
-        srv_error_set(e, 400, BAD, "invalid_value", what, "the prompt is empty after tokenization");
+    r->n_sets = 1;
+    if (kind == SRV_CHAT) {
+        if (parse_messages(s, root, r, e)) goto out;
+        if (r->n_prompt == 0) {
+            srv_error_set(e, 400, BAD, "invalid_value", "messages", "the prompt is empty after tokenization");
+            goto out;
+        }
+        if (r->n_prompt >= s->n_ctx) {
+            srv_error_set(e, 400, BAD, "context_length_exceeded", "messages",
+                          "the prompt has %d tokens but the context holds %d (the server's -c), "
+                          "and at least one must be left for the answer; shorten the messages",
+                          r->n_prompt, s->n_ctx);
+            goto out;
+        }
+    } else if (parse_prompt(s, root, echo, r, e)) {
         goto out;
     }
-    if (r->n_prompt >= s->n_ctx) {
-        srv_error_set(e, 400, BAD, "context_length_exceeded", what,
-                      "the prompt has %d tokens but the context holds %d (the server's -c), "
-                      "and at least one must be left for the answer; shorten the %s",
-                      r->n_prompt, s->n_ctx, what);
-        goto out;
-    }
-    if (r->max_tokens > s->n_ctx - r->n_prompt) r->max_tokens = s->n_ctx - r->n_prompt;
+    // clamped to what the context leaves (each prompt's own room, when several)
+    if (r->n_sets == 1 && r->max_tokens > s->n_ctx - r->n_prompt) r->max_tokens = s->n_ctx - r->n_prompt;
+    r->n_choices *= r->n_sets;
     rc = 0;
 out:
     cJSON_Delete(root);
@@ -638,28 +693,17 @@ out:
 // One input (a string, or an array of token ids) into input slot k.
 static int embedding_input(struct server *s, const cJSON *v, int k, const char *param, struct srv_request *r,
                            struct srv_error *e) {
-    struct srv_request tmp = {0};
-    if (cJSON_IsString(v)) {
-        tmp.n_prompt = session_text_tokens(s->sess.model, v->valuestring, &tmp.prompt);
-        if (tmp.n_prompt < 0) {
-            free(tmp.prompt);
-            return srv_error_set(e, 400, BAD, "invalid_value", param, "%s", st_last_error());
-        }
-    } else if (cJSON_IsArray(v)) {
-        if (prompt_ids(s, v, param, &tmp, e)) {
-            free(tmp.prompt);
-            return -1;
-        }
-    } else {
-        return bad_type(e, param, "a string or an array of token ids", v);
-    }
-    r->inputs[k] = tmp.prompt;
-    r->n_input_tokens[k] = tmp.n_prompt;
-    if (tmp.n_prompt == 0) return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' is empty", param);
-    if (tmp.n_prompt > s->n_ctx)
+    int32_t *ids = NULL;
+    int n = 0;
+    const int rc = one_prompt(s, v, param, "a string or an array of token ids", &ids, &n, NULL, e);
+    r->inputs[k] = ids;
+    r->n_input_tokens[k] = n;
+    if (rc) return -1;
+    if (n == 0) return srv_error_set(e, 400, BAD, "invalid_value", param, "'%s' is empty", param);
+    if (n > s->n_ctx)
         return srv_error_set(e, 400, BAD, "context_length_exceeded", param,
-                             "'%s' has %d tokens but the context holds %d (the server's -c)", param,
-                             tmp.n_prompt, s->n_ctx);
+                             "'%s' has %d tokens but the context holds %d (the server's -c)", param, n,
+                             s->n_ctx);
     return 0;
 }
 
@@ -802,7 +846,7 @@ char *srv_detokenize(struct server *s, const char *body, size_t len, struct srv_
         bad_type(e, "tokens", "an array of token ids", toks);
         goto done;
     }
-    if (prompt_ids(s, toks, "tokens", &r, e)) goto done;
+    if (prompt_ids(s, toks, "tokens", &r.prompt, &r.n_prompt, e)) goto done;
     if (tokenizer_decode(s->sess.model->tok, r.prompt, r.n_prompt, true, &text, &text_len)) {
         srv_error_set(e, 400, BAD, "invalid_value", "tokens", "%s", st_last_error());
         goto done;

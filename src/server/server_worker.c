@@ -285,7 +285,10 @@ static void choice_begin(struct server *s, struct srv_slot *sl) {
     const int n_vocab = s->sess.model->hp.n_vocab;
     struct run_state *r = &sl->r;
     *r = (struct run_state){.s = s, .j = j, .ch = &j->choices[sl->choice]};
-    r->prev = q->prompt[q->n_prompt - 1];
+    const int set = srv_choice_set(q, sl->choice); // the choice's prompt
+    const int32_t *prompt = q->n_sets > 1 ? q->set_prompt[set] : q->prompt;
+    const int n_prompt = q->n_sets > 1 ? q->set_n[set] : q->n_prompt;
+    r->prev = prompt[n_prompt - 1];
     text_filter_init(&r->filter, (const char *const *)q->stop, q->n_stop);
     if (q->presence_penalty != 0 || q->frequency_penalty != 0) {
         r->count = st_xcalloc((size_t)n_vocab, sizeof *r->count);
@@ -293,7 +296,7 @@ static void choice_begin(struct server *s, struct srv_slot *sl) {
     }
     if (q->logprobs >= 0) r->raw = st_xmalloc(sizeof *r->raw * (size_t)n_vocab);
     struct sampler_params sp = q->sp;
-    sp.seed += (uint64_t)sl->choice;
+    sp.seed += (uint64_t)srv_choice_in_set(q, sl->choice);
     sl->smp = sampler_init(&sp, n_vocab);
     if (q->grammar) r->gs = grammar_state_new(q->grammar);
     pthread_mutex_lock(&s->mu);
@@ -303,7 +306,7 @@ static void choice_begin(struct server *s, struct srv_slot *sl) {
     const struct gen_hooks h = {run_on_token, run_on_logits, run_cancel, r};
     // the context's end bounds the answer; a prompt that fills it gets none
     sl->g_live = sl->smp && (!q->grammar || r->gs) &&
-                 !gen_seq_begin(&sl->g, sl->c, sl->smp, q->prompt, q->n_prompt, q->max_tokens, &h);
+                 !gen_seq_begin(&sl->g, sl->c, sl->smp, prompt, n_prompt, q->max_tokens, &h);
     if (!sl->g_live) choice_end(s, sl);
 }
 
@@ -357,7 +360,8 @@ static void job_begin(struct server *s, struct srv_slot *sl, struct srv_job *j) 
         }
         return;
     }
-    sl->total.n_prompt = j->req.n_prompt;
+    sl->total.n_prompt = j->req.n_prompt; // each prompt counted once, whatever n
+    for (int k = 1; k < j->req.n_sets; k++) sl->total.n_prompt += j->req.set_n[k];
     choice_begin(s, sl);
     while (sl->j && !sl->g_live) choice_next(s, sl);
 }
