@@ -103,11 +103,11 @@ int gpu_backend_set_matvec_tokens(struct backend *be, int tokens_per_group);
 #define GPU_MATVEC_MAX_BATCH 32
 
 // The form of the quantized products of more than GPU_MATVEC_MAX_BATCH tokens
-// (prompt batches): 1 the tensor-core tiles (on a device without them, their
-// exact but slow twin: for tests), 0 the dp4a tiles, -1 the backend's choice
-// (the default: tensor cores where the device has them, unless
-// STRATA_GPU_TENSOR_CORES=0 in the environment). Returns 0, or -1 with a
-// message for another value.
+// (prompt batches) and of prompt runs' attention: 1 the tensor-core tiles (on
+// a device without them, their slow twin: for tests), 0 the dp4a tiles and the
+// float attention tiles, -1 the backend's choice (the default: tensor cores
+// where the device has them, unless STRATA_GPU_TENSOR_CORES=0 in the
+// environment). Returns 0, or -1 with a message for another value.
 int gpu_backend_set_tensor_cores(struct backend *be, int mode);
 
 // Whether the attention of a run of run_rows rows of one sequence (a prompt
