@@ -77,11 +77,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             srv_request_free(&r);
             continue;
         }
-        ST_ASSERT(r.n_prompt >= 1 && r.n_prompt < srv.n_ctx);
-        for (int i = 0; i < r.n_prompt; i++)
-            ST_ASSERT(r.prompt[i] >= 0 && r.prompt[i] < srv.sess.model->hp.n_vocab);
-        ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx - r.n_prompt));
-        ST_ASSERT(r.n_choices >= 1 && r.n_choices <= SRV_MAX_CHOICES);
+        ST_ASSERT(r.n_sets >= 1 && r.n_sets <= SRV_MAX_PROMPTS);
+        ST_ASSERT(r.n_choices >= r.n_sets && r.n_choices % r.n_sets == 0 &&
+                  r.n_choices / r.n_sets <= SRV_MAX_CHOICES);
+        int shortest = r.n_prompt;
+        for (int k = 0; k < r.n_sets; k++) { // each prompt (the first also in prompt)
+            const int32_t *ids = r.n_sets > 1 ? r.set_prompt[k] : r.prompt;
+            const int n = r.n_sets > 1 ? r.set_n[k] : r.n_prompt;
+            ST_ASSERT(n >= 1 && n < srv.n_ctx);
+            for (int i = 0; i < n; i++) ST_ASSERT(ids[i] >= 0 && ids[i] < srv.sess.model->hp.n_vocab);
+            if (n < shortest) shortest = n;
+            if (k == 0) ST_ASSERT(n == r.n_prompt && !memcmp(ids, r.prompt, sizeof *ids * (size_t)n));
+        }
+        ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx - shortest));
+        if (r.echo) { // each prompt's text, valid UTF-8, one after another
+            ST_ASSERT(r.echo_off[0] == 0);
+            for (int k = 0; k < r.n_sets; k++) ST_ASSERT(r.echo_off[k] <= r.echo_off[k + 1]);
+            ST_ASSERT(utf8_valid(r.echo, r.echo_off[r.n_sets]));
+        }
         ST_ASSERT(r.logprobs >= -1 && r.logprobs <= SRV_MAX_TOP);
         ST_ASSERT(sampler_params_check(&r.sp) == 0);
         for (int i = 0; i < r.n_stop; i++)

@@ -678,8 +678,12 @@ int srv_request_parse(struct server *s, enum srv_kind kind, const char *body, si
     } else if (parse_prompt(s, root, echo, r, e)) {
         goto out;
     }
-    // clamped to what the context leaves (each prompt's own room, when several)
-    if (r->n_sets == 1 && r->max_tokens > s->n_ctx - r->n_prompt) r->max_tokens = s->n_ctx - r->n_prompt;
+    // clamped to what the context leaves after the shortest prompt (each
+    // choice's generation stops at its own context's end)
+    int shortest = r->n_prompt;
+    for (int k = 1; k < r->n_sets; k++)
+        if (r->set_n[k] < shortest) shortest = r->set_n[k];
+    if (r->max_tokens > s->n_ctx - shortest) r->max_tokens = s->n_ctx - shortest;
     r->n_choices *= r->n_sets;
     rc = 0;
 out:
