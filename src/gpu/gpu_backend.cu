@@ -719,17 +719,21 @@ static int attention_rows(struct gpu_be *g, const float *q, const void *k_cache,
 // rows between them (decode tokens) the row kernel, in one launch
 // for each stretch: a decode batch is one launch. When the row kernel takes
 // the whole batch, it also writes out's 8-bit form for the output product.
+// Whether a run of len rows goes to the prompt-run (tile) kernel.
+static bool attn_tile_run(int head_dim, int len) {
+    return head_dim % 4 == 0 && len >= GPU_ATTN_TILE_MIN_ROWS;
+}
+
 static void gb_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {
     struct gpu_be *g = gb(be);
     g->q8_valid = false;
-    const bool tiles = head_dim % 4 == 0;
     const int64_t row = (int64_t)n_head * head_dim;
     bool rows_only = true;
     for (int t = 0; t < r->n && rows_only;) {
         const int len = batch_run_length(r, t);
-        rows_only = !(tiles && len >= GPU_ATTN_TILE_MIN_ROWS);
+        rows_only = !attn_tile_run(head_dim, len);
         t += len;
     }
     gpu_q8 oq = {NULL, NULL, row};
@@ -737,7 +741,7 @@ static void gb_attention(struct backend *be, const float *q, const void *k_cache
     int rc = 0;
     for (int t = 0; t < r->n && !rc;) {
         int len = batch_run_length(r, t);
-        if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) {
+        if (attn_tile_run(head_dim, len)) {
             rc = gpu_attention_run(q + t * row, k_cache, v_cache, be->kv_type == GGML_TYPE_F16, out + t * row,
                                    r->host_base[t], r->host_pos[t], len, n_head, n_head_kv, head_dim, *ap,
                                    g->mma, g->stream);
@@ -747,7 +751,7 @@ static void gb_attention(struct backend *be, const float *q, const void *k_cache
         int e = t + len; // the stretch of short runs from t
         while (e < r->n) {
             len = batch_run_length(r, e);
-            if (tiles && len >= GPU_ATTN_TILE_MIN_ROWS) break;
+            if (attn_tile_run(head_dim, len)) break;
             e += len;
         }
         rc = attention_rows(g, q, k_cache, v_cache, out, oq, r, t, e - t, n_head, n_head_kv, head_dim, ap);
@@ -1078,8 +1082,7 @@ int gpu_backend_set_tensor_cores(struct backend *be, int mode) {
 }
 
 bool gpu_backend_attention_mma(struct backend *be, int run_rows, int head_dim) {
-    return gb(be)->mma && run_rows >= GPU_ATTN_TILE_MIN_ROWS && head_dim % 4 == 0 &&
-           gpu_attention_run_mma(head_dim);
+    return gb(be)->mma && attn_tile_run(head_dim, run_rows) && gpu_attention_run_mma(head_dim);
 }
 
 int gpu_backend_set_matvec_swar(struct backend *be, int mode) {
