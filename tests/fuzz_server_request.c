@@ -81,13 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ST_ASSERT(r.n_choices >= r.n_sets && r.n_choices % r.n_sets == 0 &&
                   r.n_choices / r.n_sets <= SRV_MAX_CHOICES);
         int shortest = r.n_prompt;
-        for (int k = 0; k < r.n_sets; k++) { // each prompt (the first also in prompt)
-            const int32_t *ids = r.n_sets > 1 ? r.set_prompt[k] : r.prompt;
-            const int n = r.n_sets > 1 ? r.set_n[k] : r.n_prompt;
+        ST_ASSERT(r.n_sets == 1 ? !r.set_prompt && !r.set_n : !r.set_prompt[0] && r.set_n[0] == r.n_prompt);
+        for (int k = 0; k < r.n_sets; k++) { // each prompt
+            int n;
+            const int32_t *ids = srv_set_prompt(&r, k, &n);
             ST_ASSERT(n >= 1 && n < srv.n_ctx);
             for (int i = 0; i < n; i++) ST_ASSERT(ids[i] >= 0 && ids[i] < srv.sess.model->hp.n_vocab);
             if (n < shortest) shortest = n;
-            if (k == 0) ST_ASSERT(n == r.n_prompt && !memcmp(ids, r.prompt, sizeof *ids * (size_t)n));
         }
         ST_ASSERT(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= srv.n_ctx - shortest));
         if (r.echo) { // each prompt's text, valid UTF-8, one after another

@@ -97,9 +97,10 @@ struct srv_request {
     enum srv_kind kind;
     int32_t *prompt; // (n_prompt) owned; 1 ≤ n_prompt < n_ctx; the first prompt of several
     int n_prompt;
-    // Completions may send several prompts (n_sets, 1 otherwise): prompt k's ids
-    // are set_prompt[k] (set_n[k] of them, each 1 … n_ctx - 1; owned, NULL when
-    // n_sets is 1). Choice i answers prompt srv_choice_set(r, i), with the
+    // Completions may send several prompts (n_sets, 1 otherwise): prompt 0 is
+    // prompt, prompt k ≥ 1 set_prompt[k] (owned; set_prompt[0] stays NULL), each
+    // with set_n[k] ids (1 … n_ctx - 1); both arrays NULL when n_sets is 1
+    // (srv_set_prompt). Choice i answers prompt srv_choice_set(r, i), with the
     // sampler's seed + srv_choice_in_set(r, i).
     int n_sets;
     int32_t **set_prompt;
@@ -135,6 +136,11 @@ static inline int srv_choice_set(const struct srv_request *r, int i) {
 }
 static inline int srv_choice_in_set(const struct srv_request *r, int i) {
     return r->n_sets > 1 ? i % (r->n_choices / r->n_sets) : i;
+}
+// Prompt k (0 … n_sets - 1) of r: its ids, and their count in *n.
+static inline const int32_t *srv_set_prompt(const struct srv_request *r, int k, int *n) {
+    *n = k ? r->set_n[k] : r->n_prompt;
+    return k ? r->set_prompt[k] : r->prompt;
 }
 
 enum srv_finish {

@@ -547,15 +547,11 @@ static int parse_prompt(struct server *s, const cJSON *root, bool echo, struct s
                                "least one must be left for the answer; shorten '%s'",
                                m, s->n_ctx, param);
         if (echo) r->echo_off[k + 1] = text.len;
-        if (k == 0 && n > 1 && !rc) {
-            r->prompt = st_xmalloc(sizeof(int32_t) * (size_t)m);
-            memcpy(r->prompt, ids, sizeof(int32_t) * (size_t)m);
-        }
-        if (k == 0) {
-            r->n_prompt = m;
-            if (n == 1) r->prompt = ids;
-        }
-        if (n > 1) r->set_prompt[k] = ids, r->set_n[k] = m;
+        if (k == 0)
+            r->prompt = ids, r->n_prompt = m;
+        else
+            r->set_prompt[k] = ids;
+        if (n > 1) r->set_n[k] = m;
     }
     if (echo)
         r->echo = text.p ? text.p : st_xcalloc(1, 1); // empty texts too

@@ -286,8 +286,8 @@ static void choice_begin(struct server *s, struct srv_slot *sl) {
     struct run_state *r = &sl->r;
     *r = (struct run_state){.s = s, .j = j, .ch = &j->choices[sl->choice]};
     const int set = srv_choice_set(q, sl->choice); // the choice's prompt
-    const int32_t *prompt = q->n_sets > 1 ? q->set_prompt[set] : q->prompt;
-    const int n_prompt = q->n_sets > 1 ? q->set_n[set] : q->n_prompt;
+    int n_prompt;
+    const int32_t *prompt = srv_set_prompt(q, set, &n_prompt);
     r->prev = prompt[n_prompt - 1];
     text_filter_init(&r->filter, (const char *const *)q->stop, q->n_stop);
     if (q->presence_penalty != 0 || q->frequency_penalty != 0) {
