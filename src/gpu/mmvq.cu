@@ -112,7 +112,10 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
 // n); a group of 32 threads takes rows row0 .. row0 + RPW - 1 and lane l their
 // chunks l, l + 32, ...; the RPW chunks of a step are loaded together, then
 // each token's activation chunk is read once for all of them. Rows past the
-// end read the last row and store nothing.
+// end read the last row and store nothing. One token has its own
+// instantiation (NT = 1): with NT = 2 the unused second token's sums took
+// registers (Q4_K in rows of 4: 117 against 97), and at 14336 x 4096 on an
+// H100 the Q4_K product in rows of 4 took 14.0 us against 13.6.
 template <int T, int NT, int RPW>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
@@ -200,7 +203,7 @@ static int mmvq_rows(const gpu_mat_set &set, const gpu_q8 &x, int n, int rpw, bo
 template <int T>
 static int mmvq_type(const gpu_mat_set &set, const gpu_q8 &x, int n, int tpr, int rpw, int tpg, bool swar,
                      bool add, gpuStream_t s) {
-    if (n == 1 && tpr == 0) return mmvq_rows<T, 2>(set, x, n, rpw, add, s); // the rows form, one token
+    if (n == 1 && tpr == 0) return mmvq_rows<T, 1>(set, x, n, rpw, add, s); // the rows form, one token
     if (n == 1) {
         switch (tpr) {
         case 16:
@@ -314,39 +317,45 @@ static int mmvq_lane_chunks(int type) {
     }
 }
 
-// Types whose chunks hold four runs (64 activations a chunk): in the
-// one-token products their activation loads are the largest cost (ncu, Q4_K
-// at 14336 x 4096 on an H100: the L1 at 82% of its throughput), which the
-// rows form shares among four rows (mmvq_rows_kernel).
-static bool mmvq_four_runs(int type) {
+// The rows a warp of the rows form for one token of a matrix of many rows
+// (gpu_pick_matvec), 0 where the threads-a-row form is faster: types whose
+// chunks hold four runs (64 activations a chunk), given two chunks a lane or
+// more. Their activation loads are the largest cost of the one-token products
+// (ncu, Q4_K at 14336 x 4096 on an H100: the L1 at 82% of its throughput),
+// which the rows form shares among its rows. 2 rows a warp but for Q2_K (at
+// 14336 x 4096 on an H100: Q3_K 17.5 us at 2 against 21.5 at 4, Q5_K 18.5
+// against 21.1, Q4_K 13.5 against 13.6; Q2_K 13.1 against 11.2).
+static int mmvq_one_token_rows(int type, int64_t items) {
+    if (items < 2 * 32) return 0;
     switch (type) {
-#define F(T) return gpu_qt<T>::R == 4
-        GPU_QTYPE_CASES(F)
-#undef F
+    case GGML_TYPE_Q2_K:
+        return 4;
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        return 2;
     default:
-        return false;
+        return 0;
     }
 }
 
 void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {
-    // The rows form, 4 or 2 rows a warp, for types of four runs a chunk where the
-    // rows are many (Q4_K at 14336 x 4096: 14.0 us against 15.9 for the best
-    // threads per row; at 4096 rows 6.1 against 5.9) and give each of its
-    // lanes two chunks or more (narrower rows, as the 1B shape's 16384 x
-    // 2048, keep the form they had: the rows form there was measured only
-    // together with the change below); otherwise the fewest threads a row
-    // from 32 (16 for rows of 16 chunks or fewer: starting at 16 cost the
-    // 1B-shaped Q4_K_M model's decode 3-4%) up to 256 that give each at
-    // most its type's chunks (mmvq_lane_chunks), more while rows of four
-    // chunks a thread or more leave the device short of threads.
+    // The rows form where the rows are many and the type gains from it
+    // (mmvq_one_token_rows; Q4_K at 14336 x 4096: 14.0 us against 15.9 for
+    // the best threads per row; at 4096 rows 6.1 against 5.9; narrower rows,
+    // as the 1B shape's 16384 x 2048, keep the form they had: the rows form
+    // there was measured only together with the change below); otherwise
+    // the fewest threads a row from 32 (16 for rows of 16 chunks or fewer:
+    // starting at 16 cost the 1B-shaped Q4_K_M model's decode 3-4%) up to
+    // 256 that give each at most its type's chunks (mmvq_lane_chunks), more
+    // while rows of four chunks a thread or more leave the device short of
+    // threads.
     const int64_t items = gpu_mmvq_items_per_row(type, cols);
     *tpr = items <= 16 ? 16 : 32;
-    if (mmvq_four_runs(type) && rows >= 8192 && items >= 2 * 32) {
+    const int one_rows = mmvq_one_token_rows(type, items);
+    if (rows >= 8192 && one_rows) {
         *tpr = 0;
-        // 2 rows a warp for the types with a plane of high bits, whose chunks
-        // are dearer to unpack (at 14336 x 4096 on an H100: Q3_K 17.5 us at 2
-        // against 21.5 at 4, Q5_K 18.5 against 21.1; Q2_K 13.1 against 11.2)
-        *rpw = type == GGML_TYPE_Q3_K || type == GGML_TYPE_Q5_K ? 2 : 4;
+        *rpw = one_rows;
         return;
     }
     while (*tpr < 256 && items > (int64_t)mmvq_lane_chunks(type) * *tpr) *tpr *= 2;
