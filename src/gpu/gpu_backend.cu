@@ -714,16 +714,16 @@ static int attention_rows(struct gpu_be *g, const float *q, const void *k_cache,
                          *ap, g->stream);
 }
 
-// Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
-// kernel (its tensor-core form with g->mma, for the head sizes it takes), the
-// rows between them (decode tokens) the row kernel, in one launch
-// for each stretch: a decode batch is one launch. When the row kernel takes
-// the whole batch, it also writes out's 8-bit form for the output product.
 // Whether a run of len rows goes to the prompt-run (tile) kernel.
 static bool attn_tile_run(int head_dim, int len) {
     return head_dim % 4 == 0 && len >= GPU_ATTN_TILE_MIN_ROWS;
 }
 
+// Runs of at least GPU_ATTN_TILE_MIN_ROWS rows (prompt chunks) take the tile
+// kernel (its tensor-core form with g->mma, for the head sizes it takes), the
+// rows between them (decode tokens) the row kernel, in one launch
+// for each stretch: a decode batch is one launch. When the row kernel takes
+// the whole batch, it also writes out's 8-bit form for the output product.
 static void gb_attention(struct backend *be, const float *q, const void *k_cache, const void *v_cache,
                          float *out, const struct batch_rows *r, int n_head, int n_head_kv, int head_dim,
                          const struct attn_params *ap) {

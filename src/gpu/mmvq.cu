@@ -341,7 +341,7 @@ static int mmvq_one_token_rows(int type, int64_t items) {
 
 void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {
     // The rows form where the rows are many and the type gains from it
-    // (mmvq_one_token_rows; Q4_K at 14336 x 4096: 14.0 us against 15.9 for
+    // (mmvq_one_token_rows; Q4_K at 14336 x 4096: 13.5 us against 15.9 for
     // the best threads per row; at 4096 rows 6.1 against 5.9; narrower rows,
     // as the 1B shape's 16384 x 2048, keep the form they had: the rows form
     // there was measured only together with the change below); otherwise
