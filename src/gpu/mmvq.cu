@@ -29,25 +29,40 @@
 #include "mmvq.h"
 #include "quants.h"
 
+// Chunks in flight are loaded raw where the activations' form takes them so
+// (gpu_act_swar) and for CB types always: the dp4a form looks a chunk up
+// just before its dot product (gpu_iq4_finish), so that the chunks waiting
+// on memory hold their index bytes only (IQ4_NL: 44 registers against 60;
+// at 14336 x 4096 on an H100, IQ4_NL at 32 threads a row took 14.6 us
+// against 15.1, IQ4_XS 15.1 against 15.5).
+template <class Q, class A> struct mmvq_load {
+    static constexpr bool RAW = Q::CB || (A::RAW && Q::BIAS);
+    static constexpr bool FINISH = Q::CB && !A::RAW;
+};
+
 // One lane's share of one row: chunks lane, lane + TPR, ..., U loaded before
 // any is used, so that every thread keeps several 16-byte loads in flight.
 template <class Q, int TPR, class A>
 static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, int lane, int items,
                                                  const A &act, const float2 *ds) {
+    using L = mmvq_load<Q, A>;
     constexpr int U = 8 / Q::R; // chunks in flight per thread
     float acc = 0.0f;
     int it = lane;
     for (; it + (U - 1) * TPR < items; it += U * TPR) {
         gpu_chunk<Q::R> c[U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            gpu_load_item<Q, A::RAW && (Q::CB || Q::BIAS)>(w, row, it + u * TPR, c[u]);
+        for (int u = 0; u < U; u++) gpu_load_item<Q, L::RAW>(w, row, it + u * TPR, c[u]);
 #pragma unroll
-        for (int u = 0; u < U; u++) acc += gpu_chunk_dot<Q>(c[u], act, ds);
+        for (int u = 0; u < U; u++) {
+            if constexpr (L::FINISH) gpu_iq4_finish(c[u]);
+            acc += gpu_chunk_dot<Q>(c[u], act, ds);
+        }
     }
     for (; it < items; it += TPR) {
         gpu_chunk<Q::R> c;
-        gpu_load_item<Q, A::RAW && (Q::CB || Q::BIAS)>(w, row, it, c);
+        gpu_load_item<Q, L::RAW>(w, row, it, c);
+        if constexpr (L::FINISH) gpu_iq4_finish(c);
         acc += gpu_chunk_dot<Q>(c, act, ds);
     }
     return acc;
@@ -115,9 +130,18 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
 // end read the last row and store nothing. One token has its own
 // instantiation (NT = 1): with NT = 2 the unused second token's sums took
 // registers (Q4_K in rows of 4: 117 against 97), and at 14336 x 4096 on an
-// H100 the Q4_K product in rows of 4 took 14.0 us against 13.6.
+// H100 the Q4_K product in rows of 4 took 14.0 us against 13.6. Its two-run
+// types (R = 2) name a minimum of one block a multiprocessor: nvcc then
+// gives them the registers that more loads in flight want (Q4_0 in rows of
+// 1: 54 against 32; IQ4_NL in rows of 2: 64 against 48), where without the
+// minimum it keeps them few (at 14336 x 4096 on an H100, in one run: Q4_0
+// in rows of 1 13.6 us without, 12.8 with a minimum of three, which gave the
+// same registers; IQ4_NL in rows of 2 15.8 to 16.3 without, 14.0 with).
+// Four-run types keep none (0): with one, Q4_K in rows of 2 took 14.0 us,
+// against 13.5 without in another run.
 template <int T, int NT, int RPW>
-__global__ void __launch_bounds__(GPU_BLOCK) mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
+__global__ void __launch_bounds__(GPU_BLOCK, ST_MIN_BLOCKS(NT == 1 && gpu_qt<T>::R == 2 ? 1 : 0))
+    mmvq_rows_kernel(gpu_mat_set set, gpu_q8 x, int n, bool add) {
     using Q = gpu_qt<T>;
     constexpr int TPR = 32;
     st_launch_dependents();
@@ -318,22 +342,27 @@ static int mmvq_lane_chunks(int type) {
 }
 
 // The rows a warp of the rows form for one token of a matrix of many rows
-// (gpu_pick_matvec), 0 where the threads-a-row form is faster: types whose
-// chunks hold four runs (64 activations a chunk), given two chunks a lane or
-// more. Their activation loads are the largest cost of the one-token products
-// (ncu, Q4_K at 14336 x 4096 on an H100: the L1 at 82% of its throughput),
-// which the rows form shares among its rows. 2 rows a warp but for Q2_K (at
-// 14336 x 4096 on an H100: Q3_K 17.5 us at 2 against 21.5 at 4, Q5_K 18.5
-// against 21.1, Q4_K 13.5 against 13.6; Q2_K 13.1 against 11.2).
+// (gpu_pick_matvec), 0 where the threads-a-row form is faster. Four-run
+// types (64 activations a chunk), given two chunks a lane or more: their
+// activation loads are the largest cost of the one-token products (ncu, Q4_K
+// at 14336 x 4096 on an H100: the L1 at 82% of its throughput), which the
+// rows form shares among its rows; 2 rows a warp but for Q2_K (at 14336 x
+// 4096 on an H100: Q3_K 17.5 us at 2 against 21.5 at 4, Q5_K 18.5 against
+// 21.1, Q4_K 13.5 against 13.6; Q2_K 13.1 against 11.2). Q4_0 in rows of
+// 1 and IQ4_NL in rows of 2, given four chunks a lane or more (12.7 us
+// against 13.5 at 64 threads a row; 13.7 against 15.2 at 32).
 static int mmvq_one_token_rows(int type, int64_t items) {
-    if (items < 2 * 32) return 0;
     switch (type) {
     case GGML_TYPE_Q2_K:
-        return 4;
+        return items >= 2 * 32 ? 4 : 0;
     case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
-        return 2;
+        return items >= 2 * 32 ? 2 : 0;
+    case GGML_TYPE_Q4_0:
+        return items >= 4 * 32 ? 1 : 0;
+    case GGML_TYPE_IQ4_NL:
+        return items >= 4 * 32 ? 2 : 0;
     default:
         return 0;
     }

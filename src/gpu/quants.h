@@ -68,6 +68,15 @@ static __device__ __forceinline__ void gpu_iq4_chunk(int4 v, float d, int e0, bo
     c.e[1] = e0 + 16;
 }
 
+// A raw IQ4 chunk (load_raw's index bytes) looked up in the codebook, as
+// load would have left it. The dp4a forms load raw and look up just before
+// the dot product: a chunk in flight then holds 4 words, not 8 (IQ4_NL's
+// threads-a-row kernel: 60 registers a thread against 44).
+template <int R> static __device__ __forceinline__ void gpu_iq4_finish(gpu_chunk<R> &c) {
+    const int4 v = {c.q[0][0], c.q[0][1], c.q[1][0], c.q[1][1]};
+    gpu_iq4_chunk(v, c.d[0], c.e[0], false, c);
+}
+
 // A raw chunk of a BIAS type (load_raw: the bytes before the bias is taken
 // off, each below 128) less the bias k4 (the bias in every byte).
 template <int R> static __device__ __forceinline__ void gpu_unbias_chunk(gpu_chunk<R> &c, uint32_t k4) {
