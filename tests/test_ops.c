@@ -478,16 +478,18 @@ static void test_matmul(const struct be_entry *e) {
     // batches of the matrix × vector kernels (up to 32 on a GPU, in token
     // groups of 2, 4 or 8, the last one ragged) and the tiled batch product; rows of 23552 and 23808
     // on either side of the widest the SWAR form stages (CUDA), of 16384 and 20480 where it keeps 8
-    // and 4 copies of the codebook table (16 at 4160 and below, 1 at 23552)
+    // and 4 copies of the codebook table (16 at 4160 and below, 1 at 23552);
+    // 8195 x 4096 (one token) has the rows and the chunks a lane for which
+    // the automatic choice takes the rows form (gpu_pick_matvec)
     static const int64_t shapes32[][3] = {{1, 32, 1},     {7, 96, 1},    {33, 576, 1},     {300, 1024, 1},
                                           {77, 224, 2},   {77, 224, 3},  {40, 288, 5},     {40, 288, 8},
                                           {70, 320, 9},   {70, 320, 17}, {45, 256, 32},    {45, 256, 33},
                                           {130, 160, 67}, {65, 4160, 1}, {200, 1056, 130}, {3, 16384, 1},
-                                          {2, 20480, 1},  {5, 23552, 1}, {3, 23808, 1}};
+                                          {2, 20480, 1},  {5, 23552, 1}, {3, 23808, 1},    {8195, 4096, 1}};
     static const int64_t shapes256[][3] = {
         {1, 256, 1},      {7, 512, 1},   {33, 768, 1},  {300, 1024, 1}, {77, 256, 3},   {40, 512, 8},
         {70, 512, 9},     {70, 512, 17}, {45, 512, 32}, {45, 512, 33},  {130, 256, 67}, {65, 4352, 1},
-        {200, 1280, 100}, {3, 16384, 1}, {2, 20480, 1}, {5, 23552, 1},  {3, 23808, 1}};
+        {200, 1280, 100}, {3, 16384, 1}, {2, 20480, 1}, {5, 23552, 1},  {3, 23808, 1},  {8195, 4096, 1}};
     static const int64_t shapesf[][3] = {{1, 8, 1},    {7, 100, 1}, {33, 576, 1}, {300, 1024, 1},
                                          {77, 101, 3}, {40, 96, 8}, {70, 100, 9}, {130, 96, 67}};
     const int before = test_n_fail;
