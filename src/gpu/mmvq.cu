@@ -352,20 +352,26 @@ static int mmvq_lane_chunks(int type) {
 // 1 and IQ4_NL in rows of 2, given four chunks a lane or more (12.7 us
 // against 13.5 at 64 threads a row; 13.7 against 15.2 at 32).
 static int mmvq_one_token_rows(int type, int64_t items) {
+    int rows = 0, lane_chunks = 2; // the rows a warp, given lane_chunks chunks a lane or more
     switch (type) {
     case GGML_TYPE_Q2_K:
-        return items >= 2 * 32 ? 4 : 0;
+        rows = 4;
+        break;
     case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
-        return items >= 2 * 32 ? 2 : 0;
+        rows = 2;
+        break;
     case GGML_TYPE_Q4_0:
-        return items >= 4 * 32 ? 1 : 0;
+        rows = 1, lane_chunks = 4;
+        break;
     case GGML_TYPE_IQ4_NL:
-        return items >= 4 * 32 ? 2 : 0;
+        rows = 2, lane_chunks = 4;
+        break;
     default:
-        return 0;
+        break;
     }
+    return items >= lane_chunks * 32 ? rows : 0;
 }
 
 void gpu_pick_matvec(int type, int64_t cols, int64_t rows, int n_sm, int *tpr, int *rpw) {

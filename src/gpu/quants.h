@@ -69,9 +69,9 @@ static __device__ __forceinline__ void gpu_iq4_chunk(int4 v, float d, int e0, bo
 }
 
 // A raw IQ4 chunk (load_raw's index bytes) looked up in the codebook, as
-// load would have left it. The dp4a forms load raw and look up just before
-// the dot product: a chunk in flight then holds 4 words, not 8 (IQ4_NL's
-// threads-a-row kernel: 60 registers a thread against 44).
+// load would have left it. The threads-a-row kernel's dp4a form loads raw
+// and looks up just before the dot product: a chunk in flight then holds 4
+// words, not 8 (IQ4_NL: 60 registers a thread against 44).
 template <int R> static __device__ __forceinline__ void gpu_iq4_finish(gpu_chunk<R> &c) {
     const int4 v = {c.q[0][0], c.q[0][1], c.q[1][0], c.q[1][1]};
     gpu_iq4_chunk(v, c.d[0], c.e[0], false, c);
