@@ -23,7 +23,8 @@
 //                         vector GB/s per type, shape and threads per row; the
 //                         int8 tile-product rate, then 512-token products' TOPS; decode
 //                         batches (n = 8, 16, 32) per rows-per-warp × token-group form
-//   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape
+//   test_ops --perf-only Q4_0:14336x4096   the benchmark of one type and shape (any
+//                         shape: perf_key_parse says which)
 //   test_ops --perf-only Q4_0:14336x4096x512   the same, a 512-token product
 //   test_ops --perf-only Q4_0:4096x4096/8   the same, a decode batch of 8 tokens
 //   test_ops --perf-only batch   the decode batches' table alone
@@ -1613,6 +1614,76 @@ static void test_gpu_setters(const struct be_entry *e) {
 }
 #endif
 
+// The types the benchmarks time, F16 last (its prompts take another path).
+static const enum ggml_type perf_types[] = {
+    GGML_TYPE_Q4_0, GGML_TYPE_Q8_0,   GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL,
+    GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+    GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16};
+#define PERF_N_TYPES (sizeof perf_types / sizeof *perf_types)
+
+// One benchmark of --perf-only: "TYPE:ROWSxCOLS" (one token), "TYPE:ROWSxCOLSxN"
+// (a prompt product of N tokens, 33 to 4096) or "TYPE:ROWSxCOLS/N" (a decode
+// batch of N tokens, 2 to 32), any shape whose columns are a multiple of
+// the type's block (at most 2^20 rows, 2^16 columns, 2^29 elements).
+struct perf_key {
+    enum ggml_type type;
+    int64_t shape[2]; // rows, cols
+    int n;            // tokens
+    char kind;        // 'v' one token, 'p' prompt, 'b' decode batch
+};
+
+// Parses s into k; false, with the reason printed, where s is no such key.
+static bool perf_key_parse(const char *s, struct perf_key *k) {
+    const char *colon = strchr(s, ':');
+    size_t ti = PERF_N_TYPES;
+    for (size_t t = 0; colon && t < PERF_N_TYPES; t++)
+        if (strlen(quant_name(perf_types[t])) == (size_t)(colon - s) &&
+            !strncmp(s, quant_name(perf_types[t]), (size_t)(colon - s)))
+            ti = t;
+    if (ti == PERF_N_TYPES) {
+        printf("--perf-only %s: no type the benchmarks time before ':' (", s);
+        for (size_t t = 0; t < PERF_N_TYPES; t++) printf("%s%s", t ? ", " : "", quant_name(perf_types[t]));
+        printf("), or \"batch\"\n");
+        return false;
+    }
+    char *e;
+    const long long rows = strtoll(colon + 1, &e, 10);
+    long long cols = 0, n = 1;
+    bool ok = e != colon + 1 && *e == 'x' && rows >= 1 && rows <= 1 << 20;
+    if (ok) {
+        const char *c = e + 1;
+        cols = strtoll(c, &e, 10);
+        ok = e != c && cols >= 1 && cols <= 1 << 16;
+    }
+    k->kind = 'v';
+    if (ok && (*e == 'x' || *e == '/')) {
+        const char *c = e + 1;
+        k->kind = *e == 'x' ? 'p' : 'b';
+        n = strtoll(c, &e, 10);
+        ok = e != c && (k->kind == 'p' ? n >= 33 && n <= 4096 : n >= 2 && n <= 32);
+    }
+    ok = ok && *e == 0 && rows * cols <= 1 << 29;
+    if (!ok) {
+        printf(
+            "--perf-only %s: not TYPE:ROWSxCOLS, TYPE:ROWSxCOLSxN (N 33 to 4096) or TYPE:ROWSxCOLS/N (N 2 to "
+            "32), rows 1 to 2^20, columns 1 to 2^16, at most 2^29 elements\n",
+            s);
+        return false;
+    }
+    k->type = perf_types[ti];
+    if (cols % quant_get(k->type)->block_size) {
+        printf("--perf-only %s: %s rows take a multiple of %lld columns\n", s, quant_name(k->type),
+               (long long)quant_get(k->type)->block_size);
+        return false;
+    }
+    if (k->kind == 'p' && k->type == GGML_TYPE_F16) {
+        printf("--perf-only %s: F16 prompts take the float path, which this benchmark does not time\n", s);
+        return false;
+    }
+    k->shape[0] = rows, k->shape[1] = cols, k->n = (int)n;
+    return true;
+}
+
 #ifdef STRATA_GPU
 static void test_argmax(const struct be_entry *e) {
     const int before = test_n_fail;
@@ -1688,11 +1759,15 @@ static void release_copies(struct backend *be, struct weight ws[16], int n) {
 
 // The prompt products: a 512-token product of each type and shape, as
 // operations a second against the half-precision tile-product rate measured first.
-// only: "TYPE:ROWSxCOLSx512" restricts the table to one type and shape, or NULL.
-static void perf_prompt(struct backend *be, const char *only, const enum ggml_type *types, size_t n_types) {
-    enum { N = 512 };
-    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-    if (only && strchr(only, 'x') == strrchr(only, 'x')) return; // a matrix × vector key
+// key: one type, shape and token count (kind 'p'), or NULL for the whole table.
+static void perf_prompt(struct backend *be, const struct perf_key *key, const enum ggml_type *types,
+                        size_t n_types) {
+    static const int64_t all_shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    const int64_t(*shapes)[2] = all_shapes;
+    size_t n_shapes = sizeof all_shapes / sizeof *all_shapes;
+    int N = 512;
+    if (key && key->kind != 'p') return;
+    if (key) types = &key->type, n_types = 1, shapes = &key->shape, n_shapes = 1, N = key->n;
     double peak = 0;
     if (gpu_bench_mma(be, 15, &peak)) {
         printf("  FAIL tensor-core rate: %s\n", st_last_error());
@@ -1707,15 +1782,15 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
            "| type | rows x cols | us | TOPS | of ceiling | 64x64 | 64x128 | 128x64 | 128x128 |\n"
            "|---|---|---|---|---|---|---|---|---|\n",
            N);
-    float *x = xmalloc_f((size_t)N * 14336);
-    fill_normal(x, (size_t)N * 14336);
+    const int64_t max_cols = key ? key->shape[1] : 14336;
+    float *x = xmalloc_f((size_t)N * (size_t)max_cols);
+    fill_normal(x, (size_t)N * (size_t)max_cols);
     for (size_t ti = 0; ti < n_types; ti++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        for (size_t si = 0; si < n_shapes; si++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1];
-            char key[64];
-            snprintf(key, sizeof key, "%s:%lldx%lldx%d", quant_name(types[ti]), (long long)rows,
+            char name[64];
+            snprintf(name, sizeof name, "%s:%lldx%lldx%d", quant_name(types[ti]), (long long)rows,
                      (long long)cols, N);
-            if (only && strcmp(only, key)) continue;
             struct weight w = make_weight(types[ti], rows, cols);
             struct weight ws[16], *wp[16];
             int copies;
@@ -1726,7 +1801,7 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
                 double sec = 0;
                 gpu_backend_set_tile(be, tiles[k][0], tiles[k][1]);
                 if (!bx || gpu_bench_matmul(be, wp, 2, bx, N, 10, false, &sec)) {
-                    printf("%s  FAIL prompt bench %s: %s\n", k ? "\n" : "", key, st_last_error());
+                    printf("%s  FAIL prompt bench %s: %s\n", k ? "\n" : "", name, st_last_error());
                     test_n_fail++;
                     break;
                 }
@@ -1750,17 +1825,23 @@ static void perf_prompt(struct backend *be, const char *only, const enum ggml_ty
 // shapes of the test models' decode steps (a set such as Q, K and V timed as
 // one matrix of all its rows). Weights rotate as in the matrix × vector table
 // (up to 16 copies: the smallest stay in the L2, as in a small model's step);
-// the pass replayed as a graph. only: "TYPE:ROWSxCOLS/N", "batch" (the whole
-// table alone), or NULL.
-static void perf_batch(struct backend *be, const char *only) {
-    static const enum ggml_type types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
-    static const int64_t shapes[][2] = {{576, 576},   {960, 576},   {3072, 576},   {576, 1536},
-                                        {2048, 2048}, {3072, 2048}, {16384, 2048}, {2048, 8192},
-                                        {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
-    static const int ns[] = {8, 16, 32};
+// the pass replayed as a graph. key: one type, shape and n (kind 'b'), or
+// NULL for the whole table.
+static void perf_batch(struct backend *be, const struct perf_key *key) {
+    static const enum ggml_type all_types[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q4_K,
+                                               GGML_TYPE_Q6_K};
+    static const int64_t all_shapes[][2] = {{576, 576},   {960, 576},   {3072, 576},   {576, 1536},
+                                            {2048, 2048}, {3072, 2048}, {16384, 2048}, {2048, 8192},
+                                            {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
+    static const int all_ns[] = {8, 16, 32};
     static const int rpws[] = {1, 2, 4}, tpgs[] = {2, 4, 8};
-    const bool all = !only || !strcmp(only, "batch");
-    if (!all && !strchr(only, '/')) return;
+    const enum ggml_type *types = all_types;
+    const int64_t(*shapes)[2] = all_shapes;
+    const int *ns = all_ns;
+    size_t n_types = sizeof all_types / sizeof *all_types, n_shapes = sizeof all_shapes / sizeof *all_shapes,
+           n_ns = sizeof all_ns / sizeof *all_ns;
+    if (key && key->kind != 'b') return;
+    if (key) types = &key->type, shapes = &key->shape, ns = &key->n, n_types = n_shapes = n_ns = 1;
     printf("\nmatrix x several tokens (decode batches), us a product, graph replay, median of 30; columns:\n"
            "the backend's choice, then rows per warp / tokens per group\n| type | rows x cols | n | auto |");
     for (size_t r = 0; r < 3; r++)
@@ -1768,18 +1849,18 @@ static void perf_batch(struct backend *be, const char *only) {
     printf("\n|---|---|---|---|");
     for (int k = 0; k < 9; k++) printf("---|");
     printf("\n");
-    float *x = xmalloc_f((size_t)32 * 14336);
-    fill_normal(x, (size_t)32 * 14336);
-    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+    const int64_t max_cols = key ? key->shape[1] : 14336;
+    float *x = xmalloc_f((size_t)32 * (size_t)max_cols);
+    fill_normal(x, (size_t)32 * (size_t)max_cols);
+    for (size_t ti = 0; ti < n_types; ti++)
+        for (size_t si = 0; si < n_shapes; si++)
+            for (size_t ni = 0; ni < n_ns; ni++) {
                 const int64_t rows = shapes[si][0], cols = shapes[si][1];
                 const int n = ns[ni];
                 if (cols % quant_get(types[ti])->block_size) continue;
-                char key[64];
-                snprintf(key, sizeof key, "%s:%lldx%lld/%d", quant_name(types[ti]), (long long)rows,
+                char name[64];
+                snprintf(name, sizeof name, "%s:%lldx%lld/%d", quant_name(types[ti]), (long long)rows,
                          (long long)cols, n);
-                if (!all && strcmp(only, key)) continue;
                 struct weight w = make_weight(types[ti], rows, cols);
                 struct weight ws[16];
                 struct weight *wp[16];
@@ -1793,7 +1874,7 @@ static void perf_batch(struct backend *be, const char *only) {
                     double sec = 0;
                     if (gpu_bench_matmul(be, wp, copies, bx, n, 30, true, &sec)) {
                         printf(" FAIL |");
-                        printf("  FAIL batch bench %s: %s\n", key, st_last_error());
+                        printf("  FAIL batch bench %s: %s\n", name, st_last_error());
                         test_n_fail++;
                         break;
                     }
@@ -1801,7 +1882,7 @@ static void perf_batch(struct backend *be, const char *only) {
                 }
                 printf("\n");
                 if (!bx) {
-                    printf("  FAIL batch bench %s: %s\n", key, st_last_error());
+                    printf("  FAIL batch bench %s: %s\n", name, st_last_error());
                     test_n_fail++;
                 }
                 gpu_backend_set_matvec_rows(be, 0);
@@ -1813,36 +1894,28 @@ static void perf_batch(struct backend *be, const char *only) {
     free(x);
 }
 
-// only: "TYPE:ROWSxCOLS" restricts the matrix × vector table to one type and
-// shape ("TYPE:ROWSxCOLSx512" the prompt table), or NULL.
-static void perf(struct backend *be, const char *only) {
-    double ceiling = 0;
-    if (gpu_bench_read_bw(be, (size_t)2 << 30, 15, &ceiling)) {
-        printf("  FAIL read bandwidth: %s\n", st_last_error());
-        test_n_fail++;
-        return;
-    }
-    printf("read-bandwidth ceiling: %.0f GB/s (streaming read of 2 GiB, 16-byte loads, median of 15)\n",
-           ceiling);
+// The matrix × vector table: every type and shape (or the key's) over every
+// threads-a-row choice, the rows form and the SWAR form, against the ceiling.
+static void perf_matvec(struct backend *be, const struct perf_key *key, double ceiling) {
     printf("matrix x vector, weights rotating over >= 240 MB; median of 30 passes; launched one by\n"
            "one on a stream, and the same pass replayed as a graph\n");
     printf("| type | rows x cols | MB | threads/row | stream us | GB/s | of ceiling | graph us | GB/s "
            "| of ceiling |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    static const enum ggml_type types[] = {GGML_TYPE_Q4_0,   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
-                                           GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-                                           GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K, GGML_TYPE_Q5_K, GGML_TYPE_IQ4_XS,
-                                           GGML_TYPE_F16};
-    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    static const int64_t all_shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    const enum ggml_type *types = perf_types;
+    const int64_t(*shapes)[2] = all_shapes;
+    size_t n_types = PERF_N_TYPES, n_shapes = sizeof all_shapes / sizeof *all_shapes;
+    if (key) types = &key->type, shapes = &key->shape, n_types = n_shapes = 1;
     static const int tprs[] = {0, 16, 32, 64, 128, 256};
-    float x[14336];
-    fill_normal(x, 14336);
-    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    const int64_t max_cols = key ? key->shape[1] : 14336;
+    float *x = xmalloc_f((size_t)max_cols);
+    fill_normal(x, (size_t)max_cols);
+    for (size_t ti = 0; ti < n_types; ti++)
+        for (size_t si = 0; si < n_shapes; si++) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1];
-            char key[64];
-            snprintf(key, sizeof key, "%s:%lldx%lld", quant_name(types[ti]), (long long)rows,
+            char name[64];
+            snprintf(name, sizeof name, "%s:%lldx%lld", quant_name(types[ti]), (long long)rows,
                      (long long)cols);
-            if (only && strcmp(only, key)) continue;
             struct weight w = make_weight(types[ti], rows, cols);
             const double bytes = (double)rows * (double)w.row_bytes;
             struct weight ws[16];
@@ -1854,6 +1927,7 @@ static void perf(struct backend *be, const char *only) {
                 test_n_fail++;
                 release_copies(be, ws, prepared);
                 free((void *)w.data);
+                free(x);
                 return;
             }
             float *bx = put(be, x, sizeof(float) * (size_t)cols);
@@ -1869,7 +1943,7 @@ static void perf(struct backend *be, const char *only) {
                 gpu_backend_set_matvec_swar(be, k == n_tpr ? 1 : -1);
                 if (gpu_bench_matmul(be, wp, copies, bx, 1, 30, false, &st) ||
                     gpu_bench_matmul(be, wp, copies, bx, 1, 30, true, &sg)) {
-                    printf("  FAIL bench %s: %s\n", key, st_last_error());
+                    printf("  FAIL bench %s: %s\n", name, st_last_error());
                     test_n_fail++;
                     continue;
                 }
@@ -1892,8 +1966,28 @@ static void perf(struct backend *be, const char *only) {
             release_copies(be, ws, copies);
             free((void *)w.data);
         }
-    perf_prompt(be, only, types, sizeof types / sizeof *types - 1); // no F16: its prompts take another path
-    perf_batch(be, only);
+    free(x);
+}
+
+// The benchmarks: the read ceiling, then the matrix × vector table, the
+// prompt products' and the decode batches' (batch_only: that one alone), or
+// with a key the one benchmark it names.
+static void perf(struct backend *be, const struct perf_key *key, bool batch_only) {
+    double ceiling = 0;
+    if (gpu_bench_read_bw(be, (size_t)2 << 30, 15, &ceiling)) {
+        printf("  FAIL read bandwidth: %s\n", st_last_error());
+        test_n_fail++;
+        return;
+    }
+    printf("read-bandwidth ceiling: %.0f GB/s (streaming read of 2 GiB, 16-byte loads, median of 15)\n",
+           ceiling);
+    if (batch_only) {
+        perf_batch(be, NULL);
+        return;
+    }
+    if (!key || key->kind == 'v') perf_matvec(be, key, ceiling);
+    perf_prompt(be, key, perf_types, PERF_N_TYPES - 1); // no F16: its prompts take another path
+    perf_batch(be, key);
 }
 #endif
 
@@ -1922,8 +2016,9 @@ static bool group_on(const char *list, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    bool want_perf = false, require_gpu = false, gpu_only = false;
+    bool want_perf = false, require_gpu = false, gpu_only = false, batch_only = false;
     const char *perf_only = NULL, *only = NULL;
+    struct perf_key key = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--perf"))
             want_perf = true;
@@ -1931,12 +2026,15 @@ int main(int argc, char **argv) {
             require_gpu = true;
         else if (!strcmp(argv[i], "--gpu-only"))
             gpu_only = true;
-        else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--perf-only") && i + 1 < argc) {
             want_perf = true, perf_only = argv[++i];
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            batch_only = !strcmp(perf_only, "batch");
+            if (!batch_only && !perf_key_parse(perf_only, &key)) return 2;
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS[x512|/N]] [--require-gpu] [--gpu-only] "
+            printf("usage: %s [--perf | --perf-only TYPE:ROWSxCOLS[xN|/N] | --perf-only batch] "
+                   "[--require-gpu] [--gpu-only] "
                    "[--only "
                    "GROUP,...]\n",
                    argv[0]);
@@ -1988,9 +2086,9 @@ int main(int argc, char **argv) {
     if (want_perf) {
 #ifdef STRATA_GPU
         for (int b = 0; b < n_bes; b++)
-            if (bes[b].gpu) perf(bes[b].be, perf_only);
+            if (bes[b].gpu) perf(bes[b].be, perf_only && !batch_only ? &key : NULL, batch_only);
 #else
-        (void)perf_only;
+        (void)perf_only, (void)batch_only;
         printf("--perf times the GPU backend, which this build does not have\n");
 #endif
     } else {
