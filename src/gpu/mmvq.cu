@@ -6,9 +6,10 @@
 // threads for long rows, fewer for short ones); a 256-thread block holds
 // 256/TPR rows. Lane l takes the row's chunks l, l + TPR, ... and loads U of
 // them before using any, so that every thread keeps several 16-byte loads in
-// flight. Both kernels ask for their first chunks before they wait for x
-// (compat.h's overlapping launches), so a product's weights start streaming
-// while the kernel before it still runs. Several tokens (n = 2..32): 32
+// flight. Both kernels ask for weights before they wait for x (compat.h's
+// overlapping launches: the one-token kernel for all its block's rows, the
+// rows kernel for each lane's first chunk), so a product's weights start
+// streaming while the kernel before it still runs. Several tokens (n = 2..32): 32
 // threads share RPW rows (1, 2 or 4) for a group of up to NT tokens (2, 4 or
 // 8; one grid row a group), each loaded weight chunk serving every token of
 // the group and each loaded activation chunk every one of the RPW rows;
@@ -77,9 +78,14 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
 #define MMVQ_SWAR_BUILT 0
 #endif
 
-// One token. Each lane asks for its first U chunks (into L2) before
-// st_wait_prior: where launches overlap (compat's ST_LAUNCH), the weights
-// stream in while the kernel before this one, which writes x, finishes.
+// One token. The block asks for its rows (into L2, one request a 128-byte
+// line: gpu_prefetch_rows) before st_wait_prior: where launches overlap
+// (compat's ST_LAUNCH), the weights stream in while the kernel before this
+// one, which writes x, finishes. (Each lane asked for its first chunks
+// before: a request for every chunk's bulk, up to eight a line, and one for
+// its block's rest. With one a line the 1B-shaped Q4_0 model, whose products
+// all take this kernel, went from 1592 and 1595 to 1643 and 1641 tok/s on an
+// H100. The rows kernel asking for its whole rows so lost: docs/PERF.md.)
 // SWAR (for targets without a native dp4a): the block first stages x in
 // shared memory as the words of the SWAR dot product (x.cols / 2 of them,
 // the launch's dynamic shared memory), each made once for all the block's
@@ -87,7 +93,6 @@ static __device__ __forceinline__ float mmvq_row(const gpu_mat &w, int64_t row, 
 template <int T, int TPR, bool SWAR>
 __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8 x, bool add, int cbs) {
     using Q = gpu_qt<T>;
-    constexpr int U = 8 / Q::R;
     st_launch_dependents();
     gpu_mat w;
     float *y;
@@ -96,10 +101,7 @@ __global__ void __launch_bounds__(GPU_BLOCK) mmvq_kernel(gpu_mat_set set, gpu_q8
     const int64_t row = (int64_t)b * (GPU_BLOCK / TPR) + threadIdx.x / TPR;
     const int items = (int)(w.cols / Q::QK * Q::QI);
     const bool live = row < w.rows;
-    if (live)
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (lane + u * TPR < items) gpu_prefetch_item<Q>(w, row, lane + u * TPR);
+    gpu_prefetch_rows<Q>(w, (int64_t)b * (GPU_BLOCK / TPR), GPU_BLOCK / TPR);
     st_wait_prior();
     float acc[1] = {0.0f};
     if constexpr (SWAR && MMVQ_SWAR_BUILT) {
@@ -346,21 +348,23 @@ static int mmvq_lane_chunks(int type) {
 // types (64 activations a chunk), given two chunks a lane or more: their
 // activation loads are the largest cost of the one-token products (ncu, Q4_K
 // at 14336 x 4096 on an H100: the L1 at 82% of its throughput), which the
-// rows form shares among its rows; 2 rows a warp but for Q2_K (at 14336 x
-// 4096 on an H100: Q3_K 17.5 us at 2 against 21.5 at 4, Q5_K 18.5 against
-// 21.1, Q4_K 13.5 against 13.6; Q2_K 13.1 against 11.2). Q4_0 in rows of
+// rows form shares among its rows; 2 rows a warp but for Q5_K, 4 (at 14336
+// x 4096 on an H100, graph replay: Q2_K 9.95 and 10.01 us at 2 against 10.34
+// and 10.29 at 4, Q3_K 15.16 against 15.27, Q4_K 13.31 against 13.42, Q5_K
+// 19.21 against 17.92; the figures of an earlier run, Q3_K 17.5 against
+// 21.5, timed the rows form's two-token instantiation). Q4_0 in rows of
 // 1 and IQ4_NL in rows of 2, given four chunks a lane or more (12.7 us
 // against 13.5 at 64 threads a row; 13.7 against 15.2 at 32).
 static int mmvq_one_token_rows(int type, int64_t items) {
     int rows = 0, lane_chunks = 2; // the rows a warp, given lane_chunks chunks a lane or more
     switch (type) {
     case GGML_TYPE_Q2_K:
-        rows = 4;
-        break;
     case GGML_TYPE_Q3_K:
     case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
         rows = 2;
+        break;
+    case GGML_TYPE_Q5_K:
+        rows = 4;
         break;
     case GGML_TYPE_Q4_0:
         rows = 1, lane_chunks = 4;

@@ -462,6 +462,24 @@ static __device__ __forceinline__ void gpu_prefetch_item(const gpu_mat &w, int64
     st_prefetch_l2(w.rest + blk * Q::REST);
 }
 
+// Asks for rows row0 .. row0 + nrows - 1 of w (those below w.rows) to be
+// brought into the L2 cache, the block's threads sharing out the 128-byte
+// lines of their bulk and of their rest: one request a line (st_prefetch_l2;
+// a line's start rounded down stays inside the weight's allocation, which
+// starts on a 256-byte boundary with the bulk).
+template <class Q>
+static __device__ __forceinline__ void gpu_prefetch_rows(const gpu_mat &w, int64_t row0, int64_t nrows) {
+    if (row0 + nrows > w.rows) nrows = w.rows - row0;
+    if (nrows <= 0) return;
+    const int64_t blocks = w.cols / Q::QK, b0 = row0 * blocks, b1 = (row0 + nrows) * blocks;
+    const uintptr_t bulk0 = (uintptr_t)(w.bulk + b0 * Q::BULK) & ~(uintptr_t)127;
+    const uintptr_t rest0 = (uintptr_t)(w.rest + b0 * Q::REST) & ~(uintptr_t)127;
+    for (uintptr_t p = bulk0 + threadIdx.x * 128u; p < (uintptr_t)(w.bulk + b1 * Q::BULK); p += blockDim.x * 128u)
+        st_prefetch_l2((const void *)p);
+    for (uintptr_t p = rest0 + threadIdx.x * 128u; p < (uintptr_t)(w.rest + b1 * Q::REST); p += blockDim.x * 128u)
+        st_prefetch_l2((const void *)p);
+}
+
 // acc + the dot product of 16 int8 weights (four to an int) with 16 int8 activations.
 static __device__ __forceinline__ int gpu_dot16(const int (&q)[4], int4 a, int acc) {
     acc = st_dp4a(q[0], a.x, acc);
