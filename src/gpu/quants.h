@@ -474,9 +474,11 @@ static __device__ __forceinline__ void gpu_prefetch_rows(const gpu_mat &w, int64
     const int64_t blocks = w.cols / Q::QK, b0 = row0 * blocks, b1 = (row0 + nrows) * blocks;
     const uintptr_t bulk0 = (uintptr_t)(w.bulk + b0 * Q::BULK) & ~(uintptr_t)127;
     const uintptr_t rest0 = (uintptr_t)(w.rest + b0 * Q::REST) & ~(uintptr_t)127;
-    for (uintptr_t p = bulk0 + threadIdx.x * 128u; p < (uintptr_t)(w.bulk + b1 * Q::BULK); p += blockDim.x * 128u)
+    for (uintptr_t p = bulk0 + threadIdx.x * 128u; p < (uintptr_t)(w.bulk + b1 * Q::BULK);
+         p += blockDim.x * 128u)
         st_prefetch_l2((const void *)p);
-    for (uintptr_t p = rest0 + threadIdx.x * 128u; p < (uintptr_t)(w.rest + b1 * Q::REST); p += blockDim.x * 128u)
+    for (uintptr_t p = rest0 + threadIdx.x * 128u; p < (uintptr_t)(w.rest + b1 * Q::REST);
+         p += blockDim.x * 128u)
         st_prefetch_l2((const void *)p);
 }
 
