@@ -39,4 +39,17 @@ for spec in Q5_0:16x32 Q4_K:16x100 Q4_0:0x32 Q4_0:16x32x65 Q4_0 junk; do
         head -5 "$tmp" | sed 's/^/    | /'
     fi
 done
+# so does the op harness's benchmark (parsed before any backend opens)
+for spec in X:16x32 Q4_0:16x33 Q4_0:0x32 Q4_0:16x32x8 Q4_0:16x32/1 Q4_0:1048576x65536 F16:64x64x512 Q4_0:16x32x; do
+    "$BUILD/tests/test_ops" --perf-only "$spec" >"$tmp" 2>&1
+    rc=$?
+    if [ "$rc" -eq 2 ] && grep -q -- '--perf-only ' "$tmp"; then
+        pass=$((pass + 1))
+        echo "  ok   test_ops --perf-only $spec refused: $(head -n 1 "$tmp" | cut -c1-80)"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL test_ops --perf-only $spec (exit $rc, want 2 and a message):"
+        head -5 "$tmp" | sed 's/^/    | /'
+    fi
+done
 echo "RESULT $pass $fail"
